@@ -1,0 +1,195 @@
+"""Command line (CONTRACT.md section 1). Bad input: one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+from typing import IO, Any, NoReturn
+
+from gputop import __version__
+from gputop.errors import UsageError
+from gputop.runtime import Options
+from gputop.sampler import MIN_INTERVAL_S
+
+PROG = "gputop"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v >= MIN_INTERVAL_S or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S} s, got {text}")
+    return v
+
+
+def _duration(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return v
+
+
+def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
+    """Global options, accepted before or after the subcommand."""
+
+    def d(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    p.add_argument(
+        "--interval",
+        type=_interval,
+        default=d(1.0),
+        metavar="S",
+        help=f"seconds between samples (default 1, min {MIN_INTERVAL_S})",
+    )
+    p.add_argument(
+        "--no-bpf",
+        action="store_true",
+        default=d(False),
+        help="do not load the eBPF probe; read scheduler signals from /proc",
+    )
+    p.add_argument(
+        "--top",
+        type=_positive_int,
+        default=d(30),
+        metavar="N",
+        help="also show the N busiest other processes (default 30)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; also used by the tests and the README."""
+    p = _Parser(
+        prog=PROG,
+        description="Live GPU and host monitor: shows when a 'busy' GPU is starving for its host.",
+    )
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _add_common(p, suppress=False)
+    p.add_argument("--demo", metavar="NAME", help="run the TUI on a built-in demo scenario")
+    p.add_argument("--replay", metavar="FILE", help="open a snapshot bundle in the TUI")
+    p.add_argument("--readonly", action="store_true", help="disable killing processes")
+    p.add_argument(
+        "--no-redact", action="store_true", help="keep secrets in command lines in snapshots"
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    rec = sub.add_parser("record", help="headless: one JSON frame per tick (JSON Lines)")
+    _add_common(rec, suppress=True)
+    rec.add_argument("--duration", type=_duration, metavar="S", help="stop after S seconds")
+    rec.add_argument("-o", "--output", default="-", metavar="FILE", help="file, or - for stdout")
+    rec.add_argument("--demo", default=argparse.SUPPRESS, metavar="NAME", help="record a built-in demo scenario")
+
+    snap = sub.add_parser("snapshot", help="headless: write one snapshot bundle, print its path")
+    _add_common(snap, suppress=True)
+    snap.add_argument(
+        "--duration", type=_duration, default=5.0, metavar="S", help="seconds to sample (default 5)"
+    )
+    snap.add_argument("-o", "--output", metavar="FILE", help="where to write the bundle")
+    snap.add_argument("--demo", default=argparse.SUPPRESS, metavar="NAME", help="snapshot a built-in demo scenario")
+    snap.add_argument("--no-redact", action="store_true", default=argparse.SUPPRESS)
+
+    demo = sub.add_parser("demo", help="built-in demo scenarios")
+    demo.add_argument("--list", action="store_true", help="list demo scenarios")
+
+    doc = sub.add_parser("doctor", help="explain which sources work here and how to fix the others")
+    _add_common(doc, suppress=True)
+
+    exp = sub.add_parser("export", help="serve metrics and verdicts for Prometheus")
+    _add_common(exp, suppress=True)
+    exp.add_argument(
+        "--listen", default="127.0.0.1:9400", metavar="HOST:PORT", help="default 127.0.0.1:9400"
+    )
+    exp.add_argument("--demo", default=argparse.SUPPRESS, metavar="NAME", help="export a built-in demo scenario")
+    return p
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    return Options(
+        interval_s=args.interval,
+        no_bpf=args.no_bpf,
+        demo=getattr(args, "demo", None),
+        top_n=args.top,
+    )
+
+
+def _open_output(path: str) -> IO[str]:
+    if path == "-":
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    opts = options_from(args)
+    if args.command == "record":
+        from gputop.record import record
+
+        out = _open_output(args.output)
+        try:
+            return record(opts, out, args.duration)
+        finally:
+            if out is not sys.stdout:
+                out.close()
+    if args.command == "snapshot":
+        from gputop.snapshot import snapshot_command
+
+        return snapshot_command(args, opts)
+    if args.command == "demo":
+        from gputop.demo import demo_command
+
+        return demo_command(args)
+    if args.command == "doctor":
+        from gputop.doctor import doctor_command
+
+        return doctor_command(args, opts)
+    if args.command == "export":
+        from gputop.export import export_command
+
+        return export_command(args, opts)
+    from gputop.app import run_app
+
+    return run_app(args, opts)
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    # Turn SIGTERM/SIGHUP into an orderly exit so every `finally` (probe detach,
+    # demo workload teardown) runs.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gputop` command."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    try:
+        args = build_parser().parse_args(argv)
+        return _dispatch(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

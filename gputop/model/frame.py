@@ -1,0 +1,281 @@
+"""Immutable records of one sampler tick: the JSON frame of CONTRACT.md section 2.
+
+Every field named in the contract is here under the same name; extra fields are
+documented in docs/frame.md. ``None`` always means "this source cannot report it",
+never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+ROLES = ("trainer", "dataloader", "pin_memory", "other")
+VERDICT_STATES = (
+    "ok",
+    "busy_but_starving",
+    "low_sm_efficiency",
+    "input_bound",
+    "throttled",
+    "idle",
+    "unknown",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """Whether one source is live and, when it is not, why and how to fix it."""
+
+    name: str
+    kind: str
+    live: bool
+    reason: str | None = None
+    fix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """Whole-machine CPU and memory pressure for one tick."""
+
+    cpu_pct: float
+    ncpu: int
+    load1: float
+    load5: float = 0.0
+    load15: float = 0.0
+    psi_cpu_some: float | None = None
+    psi_cpu_full: float | None = None
+    per_cpu_pct: tuple[float, ...] = ()
+    mem_used_mib: int = 0
+    mem_total_mib: int = 0
+    procs_running: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU in one tick. ``util`` is GPU_UTIL; ``sm_active`` is real SM work."""
+
+    index: int
+    uuid: str
+    name: str
+    util: float | None
+    sm_active: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    mem_used_mib: int | None
+    mem_total_mib: int | None
+    throttle: tuple[str, ...] = ()
+    state: str = "ok"
+    mem_util: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    power_avg_w: float | None = None
+
+    @property
+    def power_pct(self) -> float | None:
+        """Power draw as a share of the enforced limit, 0-100, or None."""
+        if self.power_w is None or not self.power_limit_w:
+            return None
+        return 100.0 * self.power_w / self.power_limit_w
+
+    @property
+    def efficiency(self) -> float | None:
+        """SM activity divided by GPU_UTIL (0-1); None when either is unknown."""
+        if self.sm_active is None or self.util is None or self.util <= 0:
+            return None
+        return min(1.0, self.sm_active / self.util)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process seen by the GPU source: which GPU, how much memory, its SM share."""
+
+    pid: int
+    gpu_index: int
+    gpu_mem_mib: int | None = None
+    sm_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """What a GPU source returns for one tick."""
+
+    gpus: tuple[GpuSample, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSample:
+    """Scheduling numbers for one thread of a process."""
+
+    tid: int
+    comm: str
+    cpu_pct: float
+    offcpu_pct: float | None
+    runq_pct: float | None
+    preempt_per_s: float
+    vcsw_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process in one tick (contract fields first, then gputop's extras)."""
+
+    pid: int
+    ppid: int
+    comm: str
+    cmdline: str
+    role: str
+    trainer_pid: int | None
+    cpu_pct: float
+    offcpu_pct: float | None
+    runq_pct: float | None
+    preempt_per_s: float
+    preempt_total: int
+    vcsw_per_s: float
+    gpus: tuple[int, ...] = ()
+    gpu_mem_mib: int | None = None
+    start_time: int = 0
+    user: str = ""
+    nthreads: int = 1
+    vcsw_total: int = 0
+    blocked_pct: float | None = None
+    longest_stall_ms: float | None = None
+    offcpu_hist: tuple[int, ...] | None = None
+    gpu_sm_pct: float | None = None
+    threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """PIDs are reused: a process is (pid, start time)."""
+        return (self.pid, self.start_time)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The diagnosis for one GPU: a state, the evidence with numbers, the fixes."""
+
+    gpu: int
+    state: str
+    evidence: tuple[str, ...] = ()
+    fixes: tuple[str, ...] = ()
+    efficiency: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Which sources fed the frame and why any is off."""
+
+    gpu: str
+    sched: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """Everything seen in one tick. Immutable; shared between threads freely."""
+
+    t: float
+    interval: float
+    sources: Sources
+    host: HostSample
+    gpus: tuple[GpuSample, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    seq: int = 0
+    sampler_cpu_pct: float | None = None
+
+    def to_dict(self, *, threads: bool = False) -> dict[str, Any]:
+        """The JSON object of CONTRACT.md section 2 (plus documented extras)."""
+        return {
+            "t": round(self.t, 3),
+            "interval": self.interval,
+            "seq": self.seq,
+            "sampler_cpu_pct": self.sampler_cpu_pct,
+            "sources": {
+                "gpu": self.sources.gpu,
+                "sched": self.sources.sched,
+                "notes": list(self.sources.notes),
+            },
+            "host": _plain(self.host),
+            "gpus": [_plain(g) for g in self.gpus],
+            "processes": [_process_dict(p, threads) for p in self.processes],
+            "verdicts": [_plain(v) for v in self.verdicts],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Frame:
+        """Rebuild a frame from its JSON object; raises ValueError on bad input."""
+        try:
+            src = d["sources"]
+            return cls(
+                t=float(d["t"]),
+                interval=float(d["interval"]),
+                seq=int(d.get("seq", 0)),
+                sampler_cpu_pct=_opt_float(d.get("sampler_cpu_pct")),
+                sources=Sources(
+                    gpu=str(src["gpu"]),
+                    sched=str(src["sched"]),
+                    notes=tuple(str(n) for n in src.get("notes", ())),
+                ),
+                host=_build(HostSample, d["host"]),
+                gpus=tuple(_build(GpuSample, g) for g in d.get("gpus", ())),
+                processes=tuple(_build_process(p) for p in d.get("processes", ())),
+                verdicts=tuple(_build(Verdict, v) for v in d.get("verdicts", ())),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed frame: {exc!r}") from None
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
+    d = _plain(p)
+    if threads:
+        d["threads"] = [_plain(t) for t in p.threads]
+    else:
+        del d["threads"]
+    return d
+
+
+_TUPLE_FIELDS = {"throttle", "per_cpu_pct", "evidence", "fixes", "gpus", "offcpu_hist"}
+
+
+def _build(cls: Any, d: dict[str, Any]) -> Any:
+    if not isinstance(d, dict):
+        raise TypeError(f"{cls.__name__} must be an object")
+    names = {f.name for f in fields(cls)}
+    kw = {}
+    for k, v in d.items():
+        if k not in names:
+            continue
+        if k in _TUPLE_FIELDS and v is not None:
+            if not isinstance(v, list):
+                raise TypeError(f"{cls.__name__}.{k} must be a list")
+            v = tuple(v)
+        kw[k] = v
+    return cls(**kw)
+
+
+def _build_process(d: dict[str, Any]) -> ProcessSample:
+    d = dict(d)
+    threads = d.pop("threads", None) or ()
+    p: ProcessSample = _build(ProcessSample, d)
+    if threads:
+        from dataclasses import replace
+
+        p = replace(p, threads=tuple(_build(ThreadSample, t) for t in threads))
+    return p

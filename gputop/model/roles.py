@@ -1,0 +1,94 @@
+"""Who is who in a training job: trainers, their DataLoader workers, pin-memory threads.
+
+Pure functions over a snapshot of the process tree; no I/O except through the
+``cmdline_of`` callback, which the caller caches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+# PyTorch names worker processes with prctl(PR_SET_NAME); comm is cut at 15 bytes.
+DATALOADER_PROCESS_PREFIXES = ("pt_data_worker", "pt_multiprocess")
+DATALOADER_THREAD_PREFIXES = ("pt_thread_data",)
+PIN_MEMORY_PREFIXES = ("pt_data_pin",)
+
+# Helpers that multiprocessing puts between a trainer and its spawned workers.
+_MP_HELPER_MARKERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
+
+
+def process_role_from_comm(comm: str) -> str | None:
+    """The role a process's own name gives it, if any."""
+    if comm.startswith(DATALOADER_PROCESS_PREFIXES):
+        return "dataloader"
+    return None
+
+
+def thread_role_from_comm(comm: str) -> str | None:
+    """The role of a thread inside a trainer, from its name, if any."""
+    if comm.startswith(PIN_MEMORY_PREFIXES):
+        return "pin_memory"
+    if comm.startswith(DATALOADER_THREAD_PREFIXES) or comm.startswith(
+        DATALOADER_PROCESS_PREFIXES
+    ):
+        return "dataloader"
+    return None
+
+
+def is_mp_helper(cmdline: str) -> bool:
+    """True for multiprocessing's forkserver and resource tracker processes."""
+    return any(m in cmdline for m in _MP_HELPER_MARKERS)
+
+
+def assign_roles(
+    parents: Mapping[int, int],
+    comms: Mapping[int, str],
+    gpu_pids: Iterable[int],
+    cmdline_of: Callable[[int], str],
+) -> dict[int, tuple[str, int | None]]:
+    """Role and trainer pid for every process that has a role other than ``other``.
+
+    A trainer is a process holding a GPU, or the nearest ancestor of a DataLoader
+    worker that is neither a worker nor a multiprocessing helper (spawn and
+    forkserver put a process in between). A worker whose ancestors include a GPU
+    holder belongs to that GPU holder even when a helper sits in between.
+    """
+    gpu = set(gpu_pids)
+    roles: dict[int, tuple[str, int | None]] = {}
+    for pid in gpu:
+        if pid in parents:
+            roles[pid] = ("trainer", pid)
+    for pid, comm in comms.items():
+        if process_role_from_comm(comm) != "dataloader":
+            continue
+        trainer = _find_trainer(pid, parents, comms, gpu, cmdline_of)
+        roles[pid] = ("dataloader", trainer)
+        if trainer is not None and trainer not in roles:
+            roles[trainer] = ("trainer", trainer)
+    return roles
+
+
+def _find_trainer(
+    pid: int,
+    parents: Mapping[int, int],
+    comms: Mapping[int, str],
+    gpu: set[int],
+    cmdline_of: Callable[[int], str],
+) -> int | None:
+    chain: list[int] = []
+    seen = {pid}
+    cur = parents.get(pid, 0)
+    while cur > 1 and cur not in seen and cur in parents:
+        seen.add(cur)
+        chain.append(cur)
+        cur = parents[cur]
+    for anc in chain:
+        if anc in gpu:
+            return anc
+    for anc in chain:
+        if process_role_from_comm(comms.get(anc, "")) == "dataloader":
+            continue
+        if is_mp_helper(cmdline_of(anc)):
+            continue
+        return anc
+    return None

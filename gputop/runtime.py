@@ -1,0 +1,44 @@
+"""Builds the sampler the way every command needs it: sources chosen from the options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gputop.sampler import Sampler
+from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
+from gputop.sources.procfs import ProcSource
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line chose; shared by the TUI and the headless commands."""
+
+    interval_s: float = 1.0
+    no_bpf: bool = False
+    demo: str | None = None
+    top_n: int = 30
+
+
+def gpu_source(opts: Options) -> GpuSource:
+    """The GPU source for these options: a demo's modelled GPU or NVML."""
+    return NoGpuSource("NVML source not available in this build")
+
+
+def sched_probe(opts: Options) -> SchedProbe | None:
+    """The eBPF scheduler probe, unless --no-bpf."""
+    return None
+
+
+def build_sampler(opts: Options) -> Sampler:
+    """A ready-to-open sampler for these options (nothing is read yet)."""
+    notes: tuple[str, ...] = ()
+    if opts.no_bpf:
+        notes = ("sched: eBPF probe off (--no-bpf); scheduler numbers from /proc",)
+    return Sampler(
+        gpu=gpu_source(opts),
+        procs=ProcSource(top_n=opts.top_n),
+        probe=None if opts.no_bpf else sched_probe(opts),
+        diagnoser=None,
+        interval_s=opts.interval_s,
+        notes=notes,
+    )

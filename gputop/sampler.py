@@ -1,0 +1,235 @@
+"""The sampler: drives the sources once per tick on one background thread.
+
+Ticks never overlap: the next one is scheduled ``interval`` after the previous
+one started, or at once if it overran. A source that raises is disabled with
+its reason recorded; the sampler itself never dies.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol
+
+from gputop.model.frame import Frame, GpuReading, HostSample, Sources, SourceStatus, Verdict
+from gputop.sources.base import GpuSource, NoGpuSource, ProbeReading, SchedProbe
+from gputop.sources.procfs import HostReading, ProcSource
+
+MIN_INTERVAL_S = 0.1
+
+
+class Diagnoser(Protocol):
+    """Turns frames into verdicts; keeps whatever window it needs."""
+
+    def update(self, frame: Frame) -> tuple[Verdict, ...]: ...
+
+
+class Sampler:
+    """Reads every source once per tick and assembles one immutable Frame."""
+
+    def __init__(
+        self,
+        gpu: GpuSource | None = None,
+        procs: ProcSource | None = None,
+        probe: SchedProbe | None = None,
+        diagnoser: Diagnoser | None = None,
+        interval_s: float = 1.0,
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        self.gpu: GpuSource = gpu or NoGpuSource("no GPU source configured")
+        self.procs = procs or ProcSource()
+        self.probe = probe
+        self.diagnoser = diagnoser
+        self.interval_s = max(MIN_INTERVAL_S, interval_s)
+        self.extra_notes = notes
+        self._notes: list[str] = []
+        self._seq = 0
+        self._last_wall: float | None = None
+        self._last_cpu: tuple[float, float] | None = None
+        self._opened = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # ---- lifecycle ----------------------------------------------------------
+
+    def open(self) -> None:
+        """Open every source; a source that fails to open is disabled, not fatal."""
+        if self._opened:
+            return
+        self._opened = True
+        try:
+            self.gpu.open()
+        except Exception as exc:  # noqa: BLE001 - any source failure becomes a status
+            self._disable_gpu(exc)
+        if self.probe is not None:
+            try:
+                self.probe.open()
+            except Exception as exc:  # noqa: BLE001
+                self._disable_probe(exc)
+
+    def close(self) -> None:
+        """Stop the thread (if any) and close every source."""
+        self.stop()
+        for src in (self.gpu, self.probe):
+            if src is None:
+                continue
+            try:
+                src.close()
+            except Exception:  # noqa: BLE001 - closing must not fail the caller
+                pass
+
+    def start(self, on_frame: Callable[[Frame], None]) -> None:
+        """Run ticks on a background thread, passing each frame to ``on_frame``."""
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(on_frame,), name="gputop-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+        self._thread = None
+
+    def run(self, on_frame: Callable[[Frame], None], duration_s: float | None = None) -> None:
+        """Run ticks in the calling thread (headless commands) until stopped or done."""
+        self._stop.clear()
+        self._loop(on_frame, duration_s)
+
+    def _thread_main(self, on_frame: Callable[[Frame], None]) -> None:
+        try:
+            self._loop(on_frame, None)
+        except Exception as exc:  # noqa: BLE001 - recorded, shown by the consumer
+            self.error = exc
+
+    def _loop(self, on_frame: Callable[[Frame], None], duration_s: float | None) -> None:
+        self.open()
+        # Prime the rate counters so the first emitted frame has real rates.
+        self.tick()
+        start = time.monotonic()
+        next_at = start + self.interval_s
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            began = time.monotonic()
+            on_frame(self.tick())
+            next_at = max(began + self.interval_s, time.monotonic())
+            if duration_s is not None and time.monotonic() - start >= duration_s - 1e-3:
+                break
+
+    # ---- one tick -----------------------------------------------------------
+
+    def tick(self) -> Frame:
+        """Read every source once and build the frame."""
+        self.open()
+        now_m = time.monotonic()
+        gpu_reading = self._read_gpu()
+        probe_reading = self._read_probe()
+        gpu_of: dict[int, tuple[tuple[int, ...], int | None, float | None]] = {}
+        for gp in gpu_reading.processes:
+            idx, mem, sm = gpu_of.get(gp.pid, ((), None, None))
+            mem_sum = mem if gp.gpu_mem_mib is None else (mem or 0) + gp.gpu_mem_mib
+            sm_sum = sm if gp.sm_pct is None else (sm or 0.0) + gp.sm_pct
+            gpu_of[gp.pid] = (idx + (gp.gpu_index,), mem_sum, sm_sum)
+        host = self._read_host(now_m, gpu_of, probe_reading)
+        wall = time.time()
+        interval = self.interval_s if self._last_wall is None else wall - self._last_wall
+        self._last_wall = wall
+        self._seq += 1
+        frame = Frame(
+            t=wall,
+            interval=round(interval, 4),
+            sources=self._sources(probe_reading),
+            host=host.host,
+            gpus=gpu_reading.gpus,
+            processes=host.processes,
+            seq=self._seq,
+            sampler_cpu_pct=self._own_cpu(),
+        )
+        if self.diagnoser is not None:
+            try:
+                frame = replace(frame, verdicts=self.diagnoser.update(frame))
+            except Exception as exc:  # noqa: BLE001
+                self._notes.append(f"diagnosis disabled: {exc!r}")
+                self.diagnoser = None
+        return frame
+
+    def _read_gpu(self) -> GpuReading:
+        try:
+            return self.gpu.read()
+        except Exception as exc:  # noqa: BLE001
+            self._disable_gpu(exc)
+            return GpuReading()
+
+    def _read_probe(self) -> ProbeReading | None:
+        if self.probe is None:
+            return None
+        try:
+            return self.probe.read()
+        except Exception as exc:  # noqa: BLE001
+            self._disable_probe(exc)
+            return None
+
+    def _read_host(
+        self,
+        now: float,
+        gpu_of: dict[int, tuple[tuple[int, ...], int | None, float | None]],
+        probe: ProbeReading | None,
+    ) -> HostReading:
+        try:
+            return self.procs.read(now, gpu_of=gpu_of, probe=probe)
+        except Exception as exc:  # noqa: BLE001
+            self._notes.append(f"/proc read failed: {exc!r}")
+            return HostReading(HostSample(cpu_pct=0.0, ncpu=os.cpu_count() or 1, load1=0.0), (), 0)
+
+    def _disable_gpu(self, exc: BaseException) -> None:
+        name = self.gpu.status.kind
+        try:
+            self.gpu.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self.gpu = NoGpuSource(f"{name} source failed and was disabled: {exc!r}")
+
+    def _disable_probe(self, exc: BaseException) -> None:
+        if self.probe is not None:
+            try:
+                self.probe.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._notes.append(f"eBPF probe failed and was disabled: {exc!r}; using /proc")
+        self.probe = None
+
+    def statuses(self) -> list[SourceStatus]:
+        """Every source's current status (for the status line and `doctor`)."""
+        out = [self.gpu.status, self.procs.status]
+        if self.probe is not None:
+            out.append(self.probe.status)
+        return out
+
+    def _sources(self, probe_reading: ProbeReading | None) -> Sources:
+        notes = list(self.extra_notes)
+        gs = self.gpu.status
+        if not gs.live and gs.reason:
+            notes.append(f"gpu: {gs.reason}")
+        if self.probe is not None:
+            ps = self.probe.status
+            if probe_reading is None and ps.reason:
+                notes.append(f"sched: {ps.reason}")
+        notes.extend(self._notes[-5:])
+        return Sources(
+            gpu=gs.kind if gs.live else "none",
+            sched="bpf" if probe_reading is not None else "procfs",
+            notes=tuple(notes),
+        )
+
+    def _own_cpu(self) -> float | None:
+        t = os.times()
+        now = (time.monotonic(), t.user + t.system)
+        prev, self._last_cpu = self._last_cpu, now
+        if prev is None or now[0] <= prev[0]:
+            return None
+        return round(100.0 * (now[1] - prev[1]) / (now[0] - prev[0]), 2)

@@ -1,0 +1,465 @@
+"""Host and per-process scheduling signals from /proc (no root needed).
+
+Two passes per tick keep the cost linear and small: every process gets one read
+of ``/proc/PID/stat`` (CPU time, parent, name); only the processes that will be
+shown (GPU holders, trainers, DataLoader workers, top CPU consumers) get the
+per-thread reads (``task/*/schedstat`` and ``task/*/status``) that give run-queue
+wait, off-CPU share and context switches. Processes are keyed by (pid, start
+time) so a reused PID never inherits another process's counters.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gputop.model.frame import HostSample, ProcessSample, SourceStatus, ThreadSample
+from gputop.model.roles import assign_roles, thread_role_from_comm
+from gputop.sources.base import ProbeReading, TaskSched
+
+_PF_KTHREAD = 0x00200000
+_CMDLINE_MAX = 4096
+
+
+def _read(path: str) -> bytes | None:
+    """Whole small file, or None when it is gone or unreadable (races are normal)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class _Stat:
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    ticks: int
+    nthreads: int
+    start: int
+    kthread: bool
+
+
+def parse_stat(raw: bytes) -> _Stat | None:
+    """Parse /proc/PID/stat; None when truncated or malformed."""
+    try:
+        lp = raw.index(b"(")
+        rp = raw.rindex(b")")
+        rest = raw[rp + 2 :].split()
+        if len(rest) < 20:
+            return None
+        return _Stat(
+            pid=int(raw[:lp]),
+            comm=raw[lp + 1 : rp].decode("utf-8", "replace"),
+            state=rest[0].decode("ascii", "replace"),
+            ppid=int(rest[1]),
+            ticks=int(rest[11]) + int(rest[12]),
+            nthreads=int(rest[17]),
+            start=int(rest[19]),
+            kthread=bool(int(rest[6]) & _PF_KTHREAD),
+        )
+    except ValueError:
+        return None
+
+
+def parse_schedstat(raw: bytes | None) -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) from a schedstat file."""
+    if not raw:
+        return None
+    parts = raw.split()
+    if len(parts) < 2:
+        return None
+    try:
+        return int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+
+
+def parse_status_ctxt(raw: bytes | None) -> tuple[str, int, int] | None:
+    """(thread name, voluntary, involuntary switches) from a status file."""
+    if not raw:
+        return None
+    try:
+        name = ""
+        if raw.startswith(b"Name:"):
+            name = raw[5 : raw.index(b"\n")].strip().decode("utf-8", "replace")
+        v = raw.index(b"\nvoluntary_ctxt_switches:") + 25
+        n = raw.index(b"\nnonvoluntary_ctxt_switches:", v) + 28
+        vol = int(raw[v : raw.index(b"\n", v)])
+        end = raw.find(b"\n", n)
+        invol = int(raw[n:] if end < 0 else raw[n:end])
+        return name, vol, invol
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class _ThreadPrev:
+    oncpu: int
+    run_delay: int
+    vol: int
+    invol: int
+
+
+@dataclass(slots=True)
+class _ProcPrev:
+    ticks: int
+    t: float
+    threads: dict[int, _ThreadPrev] = field(default_factory=dict)
+    preempt_total: int = 0
+    vcsw_total: int = 0
+    detailed: bool = False
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostReading:
+    """What ProcSource returns: the host and the processes worth showing."""
+
+    host: HostSample
+    processes: tuple[ProcessSample, ...]
+    all_count: int
+
+
+class ProcSource:
+    """Reads /proc. Construct with another root to read a fake tree in tests."""
+
+    def __init__(self, proc_root: str = "/proc", top_n: int = 30) -> None:
+        self.root = proc_root.rstrip("/")
+        self.top_n = top_n
+        self.clk_tck = os.sysconf("SC_CLK_TCK")
+        self._prev: dict[tuple[int, int], _ProcPrev] = {}
+        self._cmdlines: dict[tuple[int, int], str] = {}
+        self._users: dict[int, str] = {}
+        self._cpu_prev: list[tuple[int, int]] | None = None
+        self._last_t: float | None = None
+        self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
+            self.root + "/1/schedstat"
+        )
+        self._status = SourceStatus("sched", "procfs", True, None)
+
+    @property
+    def status(self) -> SourceStatus:
+        return self._status
+
+    # ---- host -------------------------------------------------------------
+
+    def read_host(self) -> HostSample:
+        """System CPU, load, memory and CPU pressure."""
+        cpus: list[tuple[int, int]] = []
+        procs_running = 0
+        raw = _read(self.root + "/stat") or b""
+        for line in raw.split(b"\n"):
+            if line.startswith(b"cpu"):
+                parts = line.split()
+                vals = [int(x) for x in parts[1:9]]
+                idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+                cpus.append((sum(vals), idle))
+            elif line.startswith(b"procs_running"):
+                procs_running = int(line.split()[1])
+        per_cpu: list[float] = []
+        total_pct = 0.0
+        if self._cpu_prev is not None and len(self._cpu_prev) == len(cpus):
+            pcts = []
+            for (tot, idle), (ptot, pidle) in zip(cpus, self._cpu_prev):
+                dt = tot - ptot
+                pcts.append(0.0 if dt <= 0 else 100.0 * (dt - (idle - pidle)) / dt)
+            total_pct, per_cpu = pcts[0], pcts[1:]
+        self._cpu_prev = cpus
+        ncpu = max(1, len(cpus) - 1)
+        load = (_read(self.root + "/loadavg") or b"0 0 0").split()
+        mem_total = mem_avail = 0
+        for line in (_read(self.root + "/meminfo") or b"").split(b"\n"):
+            if line.startswith(b"MemTotal:"):
+                mem_total = int(line.split()[1]) // 1024
+            elif line.startswith(b"MemAvailable:"):
+                mem_avail = int(line.split()[1]) // 1024
+        some = full = None
+        psi = _read(self.root + "/pressure/cpu")
+        if psi:
+            for line in psi.split(b"\n"):
+                if line.startswith((b"some", b"full")):
+                    avg10 = float(line.split()[1].split(b"=")[1])
+                    if line.startswith(b"some"):
+                        some = avg10
+                    else:
+                        full = avg10
+        return HostSample(
+            cpu_pct=round(total_pct, 1),
+            ncpu=ncpu,
+            load1=float(load[0]),
+            load5=float(load[1]),
+            load15=float(load[2]),
+            psi_cpu_some=some,
+            psi_cpu_full=full,
+            per_cpu_pct=tuple(round(p, 1) for p in per_cpu),
+            mem_used_mib=mem_total - mem_avail,
+            mem_total_mib=mem_total,
+            procs_running=procs_running,
+        )
+
+    # ---- processes --------------------------------------------------------
+
+    def cmdline(self, pid: int, start: int = 0) -> str:
+        """The command line (NUL-separated args joined by spaces), cached per process."""
+        key = (pid, start)
+        got = self._cmdlines.get(key)
+        if got is None:
+            raw = _read(f"{self.root}/{pid}/cmdline")
+            got = raw[:_CMDLINE_MAX].replace(b"\0", b" ").strip().decode("utf-8", "replace") if raw else ""
+            self._cmdlines[key] = got
+        return got
+
+    def _user(self, pid: int) -> str:
+        try:
+            uid = os.stat(f"{self.root}/{pid}").st_uid
+        except OSError:
+            return ""
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+    def read(
+        self,
+        now: float,
+        gpu_pids: Iterable[int] = (),
+        gpu_of: dict[int, tuple[tuple[int, ...], int | None, float | None]] | None = None,
+        probe: ProbeReading | None = None,
+    ) -> HostReading:
+        """One tick: the host, plus every process worth showing with its rates.
+
+        ``gpu_of`` maps pid to (GPU indices, GPU memory MiB, GPU SM %). ``probe``
+        overrides the /proc estimates of off-CPU and run-queue time when given.
+        """
+        host = self.read_host()
+        dt = None if self._last_t is None else max(1e-6, now - self._last_t)
+        self._last_t = now
+        gpu_of = gpu_of or {}
+        stats: dict[int, _Stat] = {}
+        cpu_pct: dict[int, float] = {}
+        try:
+            entries = os.listdir(self.root)
+        except OSError:
+            entries = []
+        root = self.root
+        for name in entries:
+            if not name.isdigit():
+                continue
+            raw = _read(f"{root}/{name}/stat")
+            if raw is None:
+                continue
+            st = parse_stat(raw)
+            if st is None:
+                continue
+            stats[st.pid] = st
+            prev = self._prev.get((st.pid, st.start))
+            if prev is not None and dt is not None:
+                cpu_pct[st.pid] = max(0.0, 100.0 * (st.ticks - prev.ticks) / self.clk_tck / dt)
+            else:
+                cpu_pct[st.pid] = 0.0
+
+        gpu_set = {p for p in gpu_pids if p in stats} | {p for p in gpu_of if p in stats}
+        roles = assign_roles(
+            {p: s.ppid for p, s in stats.items()},
+            {p: s.comm for p, s in stats.items()},
+            gpu_set,
+            lambda p: self.cmdline(p, stats[p].start) if p in stats else "",
+        )
+        chosen = set(roles) | gpu_set
+        others = sorted(
+            (p for p in stats if p not in chosen),
+            key=lambda p: cpu_pct[p],
+            reverse=True,
+        )
+        chosen.update(others[: self.top_n])
+
+        out: list[ProcessSample] = []
+        for pid in chosen:
+            st = stats[pid]
+            role, trainer = roles.get(pid, ("other", None))
+            out.extend(self._detail(st, role, trainer, cpu_pct[pid], now, dt, gpu_of.get(pid), probe))
+
+        # Forget processes that are gone; keep cheap per-process state for the rest.
+        seen_keys = set()
+        for st in stats.values():
+            key = (st.pid, st.start)
+            seen_keys.add(key)
+            prev = self._prev.get(key)
+            if prev is None:
+                self._prev[key] = _ProcPrev(st.ticks, now, last_seen=now)
+            else:
+                prev.ticks = st.ticks
+                prev.t = now
+                prev.last_seen = now
+        for key in [k for k in self._prev if k not in seen_keys]:
+            del self._prev[key]
+            self._cmdlines.pop(key, None)
+        for key in [k for k in self._cmdlines if k not in seen_keys]:
+            del self._cmdlines[key]
+        out.sort(key=lambda p: p.pid)
+        return HostReading(host, tuple(out), len(stats))
+
+    def _detail(
+        self,
+        st: _Stat,
+        role: str,
+        trainer: int | None,
+        cpu: float,
+        now: float,
+        dt: float | None,
+        gpu: tuple[tuple[int, ...], int | None, float | None] | None,
+        probe: ProbeReading | None,
+    ) -> list[ProcessSample]:
+        """Per-thread reads for one shown process; returns it plus special threads."""
+        key = (st.pid, st.start)
+        prev = self._prev.get(key)
+        if prev is None:
+            prev = self._prev[key] = _ProcPrev(st.ticks, now, last_seen=now)
+        had_threads = prev.detailed
+        base = f"{self.root}/{st.pid}/task"
+        try:
+            tids = [int(t) for t in os.listdir(base)]
+        except OSError:
+            tids = []
+        threads: list[ThreadSample] = []
+        special: list[tuple[ThreadSample, str]] = []
+        new_prev: dict[int, _ThreadPrev] = {}
+        d_vol = d_invol = 0
+        tot_vol = tot_invol = 0
+        main_off: float | None = None
+        main_runq: float | None = None
+        for tid in tids:
+            ctx = parse_status_ctxt(_read(f"{base}/{tid}/status"))
+            if ctx is None:
+                continue
+            tname, vol, invol = ctx
+            ss = parse_schedstat(_read(f"{base}/{tid}/schedstat"))
+            oncpu, delay = ss if ss is not None else (0, 0)
+            tot_vol += vol
+            tot_invol += invol
+            tp = prev.threads.get(tid)
+            new_prev[tid] = _ThreadPrev(oncpu, delay, vol, invol)
+            t_cpu = t_off = t_runq = None
+            t_pre = t_vcs = 0.0
+            if tp is not None and dt is not None and invol >= tp.invol and vol >= tp.vol:
+                dv, di = vol - tp.vol, invol - tp.invol
+                d_vol += dv
+                d_invol += di
+                t_pre, t_vcs = di / dt, dv / dt
+                if ss is not None and oncpu >= tp.oncpu:
+                    t_cpu = min(100.0, 100.0 * (oncpu - tp.oncpu) / 1e9 / dt)
+                    t_off = max(0.0, 100.0 - t_cpu)
+                    t_runq = min(100.0, 100.0 * (delay - tp.run_delay) / 1e9 / dt)
+            elif had_threads and dt is not None:
+                # Born during the interval: all its switches happened in it.
+                d_vol += vol
+                d_invol += invol
+            if tid == st.pid:
+                main_off, main_runq = t_off, t_runq
+            ts = ThreadSample(
+                tid=tid,
+                comm=tname,
+                cpu_pct=round(t_cpu or 0.0, 2),
+                offcpu_pct=None if t_off is None else round(t_off, 2),
+                runq_pct=None if t_runq is None else round(t_runq, 2),
+                preempt_per_s=round(t_pre, 2),
+                vcsw_per_s=round(t_vcs, 2),
+            )
+            threads.append(ts)
+            if tid != st.pid:
+                trole = thread_role_from_comm(tname)
+                if trole is not None:
+                    special.append((ts, trole))
+        if had_threads:
+            prev.preempt_total += d_invol
+            prev.vcsw_total += d_vol
+        else:
+            prev.preempt_total, prev.vcsw_total = tot_invol, tot_vol
+        prev.threads = new_prev
+        prev.detailed = True
+        per_s = 1.0 / dt if (dt is not None and had_threads) else 0.0
+        preempt_rate = d_invol * per_s
+        vcsw_rate = d_vol * per_s
+        blocked = longest = None
+        hist = None
+        if probe is not None and dt is not None:
+            pdt = probe.dt_ns or 1
+            m = probe.per_tid.get(st.pid)
+            if m is not None:
+                main_off = min(100.0, 100.0 * (m.runq_ns + m.blocked_ns) / pdt)
+                main_runq = min(100.0, 100.0 * m.runq_ns / pdt)
+                blocked = round(min(100.0, 100.0 * m.blocked_ns / pdt), 2)
+            g: TaskSched | None = probe.per_tgid.get(st.pid)
+            if g is not None:
+                preempt_rate = g.nivcsw * 1e9 / pdt
+                vcsw_rate = g.nvcsw * 1e9 / pdt
+                longest = round(g.longest_offcpu_ns / 1e6, 3)
+                hist = g.hist
+        if not self._has_schedstat:
+            main_off = main_runq = None
+        if special and role == "other":
+            role, trainer = "trainer", st.pid
+        gpus, gmem, gsm = gpu if gpu is not None else ((), None, None)
+        cmd = self.cmdline(st.pid, st.start) or f"[{st.comm}]"
+        user = self._user(st.pid)
+        proc = ProcessSample(
+            pid=st.pid,
+            ppid=st.ppid,
+            comm=st.comm,
+            cmdline=cmd,
+            role=role,
+            trainer_pid=trainer,
+            cpu_pct=round(cpu, 2),
+            offcpu_pct=None if main_off is None else round(main_off, 2),
+            runq_pct=None if main_runq is None else round(main_runq, 2),
+            preempt_per_s=round(preempt_rate, 2),
+            preempt_total=prev.preempt_total,
+            vcsw_per_s=round(vcsw_rate, 2),
+            gpus=gpus,
+            gpu_mem_mib=gmem,
+            start_time=st.start,
+            user=user,
+            nthreads=st.nthreads,
+            vcsw_total=prev.vcsw_total,
+            blocked_pct=blocked,
+            longest_stall_ms=longest,
+            offcpu_hist=hist,
+            gpu_sm_pct=gsm,
+            threads=tuple(threads),
+        )
+        out = [proc]
+        for ts, trole in special:
+            out.append(
+                ProcessSample(
+                    pid=ts.tid,
+                    ppid=st.pid,
+                    comm=ts.comm,
+                    cmdline=f"[thread {ts.comm} of {st.pid}]",
+                    role=trole,
+                    trainer_pid=st.pid if role == "trainer" else trainer,
+                    cpu_pct=ts.cpu_pct,
+                    offcpu_pct=ts.offcpu_pct,
+                    runq_pct=ts.runq_pct,
+                    preempt_per_s=ts.preempt_per_s,
+                    preempt_total=new_prev[ts.tid].invol,
+                    vcsw_per_s=ts.vcsw_per_s,
+                    start_time=st.start,
+                    user=user,
+                    vcsw_total=new_prev[ts.tid].vol,
+                )
+            )
+        return out

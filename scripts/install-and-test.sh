@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything gputop's test suite needs on a fresh Debian 12 machine
+# (apt packages when root, a venv with the test extras and CPU PyTorch), then
+# runs the whole test suite. `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  need=()
+  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  bash scripts/link-kernel-headers.sh
+fi
+
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch]' 2>&1 \
+  | grep -v -e "^WARNING: Location" -e "is ignored" || true
+
+.venv/bin/python -m pytest "$@"
