@@ -278,7 +278,11 @@ def test_a_lost_gpu_is_marked_lost_while_the_others_keep_updating(nvml: MakeSour
     assert [r.gpus[0].util for r in readings] == [10.0, 20.0, 30.0, 40.0, 50.0]
     lost = readings[-1].gpus[1]
     assert lost.uuid == fake_uuid(1) and lost.util is None and lost.sm_active is None
-    assert src.status.live and src.status.reason is not None and "is lost" in src.status.reason
+    assert (
+        src.status.live
+        and src.status.reason is not None
+        and "GPU 1: lost (GPU is lost)" in src.status.reason
+    )
     # a lost GPU is not polled any more
     assert fake.call_count("nvmlDeviceGetUtilizationRates") == 5 + 3 + 4
 
@@ -389,7 +393,7 @@ def test_a_gpu_pid_not_in_proc_is_left_out_and_said(nvml: MakeSource) -> None:
         [FakeGpu(processes=[FakeProc(pid=gone, mem_mib=10), FakeProc(pid=me, mem_mib=20)])]
     )
     assert [p.pid for p in src.read().processes] == [me]
-    assert src.status.reason is not None and f"GPU process {gone} on GPU 0 is not visible" in (
+    assert src.status.reason is not None and f"GPU 0: process {gone} is not visible in /proc" in (
         src.status.reason
     )
 
@@ -459,4 +463,23 @@ def test_gpu_is_lost_during_discovery_skips_that_gpu(nvml: MakeSource) -> None:
         [FakeGpu(), FakeGpu(errors=[FakeError("nvmlDeviceGetUUID", GPU_IS_LOST)]), FakeGpu()]
     )
     assert [g.index for g in src.read().gpus] == [0, 2]
-    assert src.status.reason is not None and "GPU 1 is lost" in src.status.reason
+    assert src.status.reason is not None and "GPU 1: lost" in src.status.reason
+
+
+def test_one_note_covers_every_gpu_that_shares_it(nvml: MakeSource) -> None:
+    src, _ = nvml([FakeGpu(gpm=False, arch=ARCH_AMPERE) for _ in range(8)])
+    src.read()
+    assert src.notes == (
+        "GPUs 0-7: SM activity n/a (pre-Hopper GPU: GPM (SM activity) needs Hopper or newer);"
+        " the diagnosis leans on power",
+    )
+
+
+def test_no_permission_for_one_call_is_remembered_and_said(nvml: MakeSource) -> None:
+    src, fake = nvml(
+        [FakeGpu(temperature_c=[70], errors=[FakeError("nvmlDeviceGetTemperature", NO_PERMISSION)])]
+    )
+    readings = ticks(src, 3)
+    assert [r.gpus[0].temperature_c for r in readings] == [None] * 3
+    assert fake.call_count("nvmlDeviceGetTemperature") == 1
+    assert "GPU 0: temperature n/a (no permission)" in src.notes

@@ -271,7 +271,7 @@ class NvmlSource:
         self._status = SourceStatus("gpu", "nvml", False, "NVML not opened yet")
         self._devices: dict[str, _Device] = {}
         self._order: list[str] = []
-        self._notes: dict[str, str] = {}
+        self._notes: dict[str, tuple[int | None, str]] = {}
         self._initialised = False
         self._opened = False
         self._next_process_refresh = 0.0
@@ -285,8 +285,15 @@ class NvmlSource:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """One line per thing this source cannot report, each said once."""
-        return tuple(self._notes.values())
+        """What this source cannot report, each said once; GPUs sharing a note share a line."""
+        gpus_of: dict[str, list[int]] = {}
+        for gpu, text in self._notes.values():
+            gpus_of.setdefault(text, [])
+            if gpu is not None:
+                gpus_of[text].append(gpu)
+        return tuple(
+            f"{_gpu_list(gpus)}: {text}" if gpus else text for text, gpus in gpus_of.items()
+        )
 
     def open(self) -> None:
         """Initialise NVML once and read the static facts; failures become the status."""
@@ -371,10 +378,10 @@ class NvmlSource:
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             name = _text(pynvml.nvmlDeviceGetName(handle))
         except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
-            self._notes[f"lost:{index}"] = f"GPU {index} is lost ({exc}); not monitored"
+            self._note(f"lost:{index}", index, f"lost ({exc}); not monitored")
             return
         except pynvml.NVMLError_NoPermission:
-            self._notes[f"perm:{index}"] = f"GPU {index}: no permission to query it; skipped"
+            self._note(f"perm:{index}", index, "no permission to query it; skipped")
             return
         dev = _Device(index=index, handle=handle, uuid=uuid, name=name)
         dev.sm_clock_max_mhz = _optional(
@@ -511,19 +518,21 @@ class NvmlSource:
 
     def _unsupported(self, dev: _Device, key: str, why: str) -> None:
         dev.unsupported[key] = why
-        self._notes[f"na:{dev.uuid}:{key}"] = f"GPU {dev.index}: {key} n/a ({why})"
+        self._note(f"na:{dev.uuid}:{key}", dev.index, f"{key} n/a ({why})")
 
     def _note_sm_na(self, dev: _Device, why: str) -> None:
-        self._notes[f"sm:{dev.uuid}"] = (
-            f"GPU {dev.index}: SM activity n/a ({why}); the diagnosis leans on power"
+        self._note(
+            f"sm:{dev.uuid}",
+            dev.index,
+            f"SM activity n/a ({why}); the diagnosis leans on power",
         )
 
     def _mark_lost(self, dev: _Device, exc: _Lost) -> None:
         dev.lost = True
         dev.processes = ()
         self._free_gpm(dev)
-        self._notes[f"lost:{dev.uuid}"] = (
-            f"GPU {dev.index} ({dev.uuid}) is lost: {exc}; it needs a reset, then restart gputop"
+        self._note(
+            f"lost:{dev.uuid}", dev.index, f"lost ({exc}); it needs a reset, then restart gputop"
         )
 
     def _power_avg(self, dev: _Device) -> float | None:
@@ -592,6 +601,7 @@ class NvmlSource:
             return {}
         out: dict[int, float | None] = {}
         keep: list[int] = []
+        dropped: list[int] = []
         for i, metric in enumerate(dev.gpm_metrics):
             m = req.metrics[i]
             ret = int(m.nvmlReturn)
@@ -599,15 +609,17 @@ class NvmlSource:
                 out[metric] = round(min(100.0, max(0.0, float(m.value))), 2)
                 keep.append(metric)
             elif ret == _NVML_NOT_SUPPORTED:
-                # remembered: this metric is never requested again on this device
-                if metric == GPM_SM_UTIL:
-                    self._note_sm_na(dev, "GPM SM_UTIL not supported")
-                else:
-                    self._unsupported(dev, _GPM_NAMES[metric], "not supported")
+                dropped.append(metric)  # remembered: never requested again on this device
             else:
                 out[metric] = None
                 keep.append(metric)
         dev.gpm_metrics = tuple(keep)
+        if GPM_SM_UTIL in dropped:
+            # the headline metric: one note covers the rest
+            self._note_sm_na(dev, "GPM SM_UTIL not supported")
+        else:
+            for metric in dropped:
+                self._unsupported(dev, _GPM_NAMES[metric], "not supported")
         if not keep:
             self._free_gpm(dev)
         return out
@@ -673,19 +685,34 @@ class NvmlSource:
 
     def _note_invisible(self, dev: _Device, host_pid: int) -> None:
         if self._pids is not None and not self._pids.host_pids_visible:
-            self._notes["pidns"] = (
+            self._note(
+                "pidns",
+                None,
                 f"GPU process {host_pid} on GPU {dev.index} is not visible: gputop runs in its "
-                "own PID namespace and NVML reports host PIDs; run the container with --pid=host"
+                "own PID namespace and NVML reports host PIDs; run the container with --pid=host",
             )
         else:
-            self._notes[f"pid:{dev.uuid}"] = (
-                f"GPU process {host_pid} on GPU {dev.index} is not visible in /proc "
-                "(exited, or hidden by hidepid)"
+            self._note(
+                f"pid:{dev.uuid}",
+                dev.index,
+                f"process {host_pid} is not visible in /proc (exited, or hidden by hidepid)",
             )
 
+    def _note(self, key: str, gpu: int | None, text: str) -> None:
+        self._notes[key] = (gpu, text)
+
     def _update_status(self) -> None:
-        reason = "; ".join(self._notes.values()) or None
-        self._status = SourceStatus("gpu", "nvml", True, reason)
+        self._status = SourceStatus("gpu", "nvml", True, "; ".join(self.notes) or None)
+
+
+def _gpu_list(indices: Sequence[int]) -> str:
+    """'GPU 3', or 'GPUs 0-7' for a run, or 'GPUs 0, 2, 5'."""
+    ix = sorted(set(indices))
+    if len(ix) == 1:
+        return f"GPU {ix[0]}"
+    if ix == list(range(ix[0], ix[-1] + 1)):
+        return f"GPUs {ix[0]}-{ix[-1]}"
+    return "GPUs " + ", ".join(str(i) for i in ix)
 
 
 def _samples_or_none(fn: Callable[[], Any]) -> Any:
