@@ -250,6 +250,7 @@ class _Device:
     gpm_taken_at: float | None = None
     gpm_primed: bool = False
     gpm_values: dict[int, float | None] = field(default_factory=dict)
+    gpm_request: Any = None
     energy: tuple[float, int] | None = None
     power_limit_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
@@ -586,7 +587,10 @@ class NvmlSource:
 
     def _gpm_metrics(self, dev: _Device, older: Any, newer: Any) -> dict[int, float | None]:
         assert pynvml is not None
-        req = pynvml.c_nvmlGpmMetricsGet_t()
+        if dev.gpm_request is None:
+            # ~19 KB of ctypes (one slot per metric NVML knows): built once, reused
+            dev.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
+        req = dev.gpm_request
         req.version = pynvml.NVML_GPM_METRICS_GET_VERSION
         req.numMetrics = len(dev.gpm_metrics)
         req.sample1 = older
