@@ -483,3 +483,12 @@ def test_no_permission_for_one_call_is_remembered_and_said(nvml: MakeSource) -> 
     assert [r.gpus[0].temperature_c for r in readings] == [None] * 3
     assert fake.call_count("nvmlDeviceGetTemperature") == 1
     assert "GPU 0: temperature n/a (no permission)" in src.notes
+
+
+def test_a_gpu_that_cannot_be_identified_is_skipped_and_the_rest_monitored(
+    nvml: MakeSource,
+) -> None:
+    src, _ = nvml([FakeGpu(util=[5]), FakeGpu(errors=[FakeError("nvmlDeviceGetName", UNKNOWN)])])
+    assert src.status.live
+    assert [(g.index, g.util) for g in src.read().gpus] == [(0, 5.0)]
+    assert "GPU 1: unreadable (Unknown Error); skipped" in src.notes

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.contract import check_frame
 from tests.fakenvml import (
     ARCH_AMPERE,
     SW_POWER_CAP,
@@ -34,7 +35,10 @@ def record(env: dict[str, str], *args: str, timeout_s: float = 60) -> list[dict[
         check=True,
     )
     assert "Traceback" not in out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    frames = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    for f in frames:
+        check_frame(f)
+    return frames
 
 
 def test_record_emits_nvml_values_end_to_end(tmp_path: Path) -> None:

@@ -384,6 +384,9 @@ class NvmlSource:
         except pynvml.NVMLError_NoPermission:
             self._note(f"perm:{index}", index, "no permission to query it; skipped")
             return
+        except pynvml.NVMLError as exc:
+            self._note(f"bad:{index}", index, f"unreadable ({exc}); skipped")
+            return
         dev = _Device(index=index, handle=handle, uuid=uuid, name=name)
         dev.sm_clock_max_mhz = _optional(
             lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, _CLOCK_SM))
