@@ -492,3 +492,20 @@ def test_a_gpu_that_cannot_be_identified_is_skipped_and_the_rest_monitored(
     assert src.status.live
     assert [(g.index, g.util) for g in src.read().gpus] == [(0, 5.0)]
     assert "GPU 1: unreadable (Unknown Error); skipped" in src.notes
+
+
+def test_a_second_device_with_the_same_uuid_is_not_counted_twice(nvml: MakeSource) -> None:
+    src, _ = nvml([FakeGpu(uuid=fake_uuid(7), util=[1]), FakeGpu(uuid=fake_uuid(7), util=[2])])
+    assert [(g.index, g.util) for g in src.read().gpus] == [(0, 1.0)]
+    assert "GPU 1: same UUID as GPU 0; skipped" in src.notes
+
+
+def test_a_rewritten_scenario_takes_effect_mid_run_keeping_the_tick(nvml: MakeSource) -> None:
+    src, fake = nvml([FakeGpu(util=[10, 11, 12, 13, 14, 15])], process_interval_s=0.0)
+    assert [r.gpus[0].util for r in ticks(src, 2)] == [10.0, 11.0]
+    assert src.read().processes == ()
+    me = os.getpid()
+    fake.write([FakeGpu(util=[20, 21, 22, 23, 24, 25], processes=[FakeProc(pid=me, mem_mib=7)])])
+    r = src.read()
+    assert r.gpus[0].util == 23.0  # tick 3 of the new series
+    assert [(p.pid, p.gpu_mem_mib) for p in r.processes] == [(me, 7)]

@@ -387,6 +387,11 @@ class NvmlSource:
         except pynvml.NVMLError as exc:
             self._note(f"bad:{index}", index, f"unreadable ({exc}); skipped")
             return
+        if uuid in self._devices:
+            self._note(
+                f"dup:{index}", index, f"same UUID as GPU {self._devices[uuid].index}; skipped"
+            )
+            return
         dev = _Device(index=index, handle=handle, uuid=uuid, name=name)
         dev.sm_clock_max_mhz = _optional(
             lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, _CLOCK_SM))
@@ -402,7 +407,8 @@ class NvmlSource:
     def _alloc_gpm(self, dev: _Device) -> bool:
         assert pynvml is not None
         try:
-            dev.gpm_samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+            for _ in range(2):
+                dev.gpm_samples.append(pynvml.nvmlGpmSampleAlloc())
         except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
             self._free_gpm(dev)
             self._note_sm_na(dev, f"GPM sample allocation failed: {exc}")

@@ -234,7 +234,11 @@ class FakeNvml:
         self.write(devices)
 
     def write(self, devices: Sequence[FakeGpu] | None = None, **settings: object) -> None:
-        """Rewrite the scenario; a running fake picks it up at its next first nvmlInit."""
+        """Rewrite the scenario (atomically).
+
+        A fake already in use (in this process or a subprocess) picks it up at its next
+        utilisation read, each device keeping its tick; otherwise at the next nvmlInit.
+        """
         if devices is not None:
             self.devices = tuple(devices)
         self._settings.update(settings)

@@ -6,7 +6,8 @@
  * the FAKE_NVML_SCENARIO environment variable (format: README.md beside this
  * file). The scenario is (re)read whenever the init reference count goes from 0
  * to 1, and on demand through fakeNvmlReload(), so one process can run many
- * scenarios.
+ * scenarios; a scenario file replaced while in use is picked up at the next
+ * utilisation read, keeping each device's tick.
  *
  * Each device keeps its own tick counter, advanced by every
  * nvmlDeviceGetUtilizationRates call on that device; per-tick values, injected
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 typedef int nvmlReturn_t;
@@ -365,8 +367,13 @@ bad:
     return -1;
 }
 
+static dev_t loaded_dev;
+static ino_t loaded_ino;
+static struct timespec loaded_mtime;
+
 static int load_scenario(const char *path) {
     reset_scenario();
+    loaded_ino = 0;
     if (!path || !*path) {
         /* No scenario: behave like a machine whose driver is not loaded. */
         init_error = NVML_ERROR_DRIVER_NOT_LOADED;
@@ -378,6 +385,12 @@ static int load_scenario(const char *path) {
         init_error = NVML_ERROR_DRIVER_NOT_LOADED;
         return -1;
     }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0) {
+        loaded_dev = st.st_dev;
+        loaded_ino = st.st_ino;
+        loaded_mtime = st.st_mtim;
+    }
     char line[8192];
     int lineno = 0, bad = 0;
     while (fgets(line, sizeof line, f)) {
@@ -387,6 +400,31 @@ static int load_scenario(const char *path) {
     }
     fclose(f);
     return bad ? -1 : 0;
+}
+
+/*
+ * A scenario file replaced while NVML is in use takes effect at once; the devices
+ * keep their ticks and energy counters, so a test can change values or process
+ * lists mid-run (e.g. add a trainer's pid once it has started).
+ */
+static void reload_if_changed(void) {
+    const char *path = getenv("FAKE_NVML_SCENARIO");
+    struct stat st;
+    if (!path || !*path || stat(path, &st) != 0)
+        return;
+    if (st.st_dev == loaded_dev && st.st_ino == loaded_ino &&
+        st.st_mtim.tv_sec == loaded_mtime.tv_sec && st.st_mtim.tv_nsec == loaded_mtime.tv_nsec)
+        return;
+    static struct fake_dev saved[MAX_DEV];
+    memcpy(saved, devs, sizeof devs);
+    load_scenario(path);
+    init_error = 0; /* already initialised: an init error applies to the next session */
+    for (int i = 0; i < MAX_DEV; i++) {
+        devs[i].tick = saved[i].tick;
+        devs[i].tick_us = saved[i].tick_us;
+        devs[i].energy_mj = saved[i].energy_mj;
+        devs[i].energy_at_s = saved[i].energy_at_s;
+    }
 }
 
 /* ---- test control (not NVML) ------------------------------------------- */
@@ -612,6 +650,8 @@ typedef struct {
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) {
     pthread_mutex_lock(&mu);
+    if (refcount > 0)
+        reload_if_changed();
     struct fake_dev *d0 = check_dev(h);
     if (d0 && refcount > 0) {
         /* the device clock: one tick per utilisation read */
