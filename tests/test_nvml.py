@@ -470,8 +470,8 @@ def test_one_note_covers_every_gpu_that_shares_it(nvml: MakeSource) -> None:
     src, _ = nvml([FakeGpu(gpm=False, arch=ARCH_AMPERE) for _ in range(8)])
     src.read()
     assert src.notes == (
-        "GPUs 0-7: SM activity n/a (pre-Hopper GPU: GPM (SM activity) needs Hopper or newer);"
-        " the diagnosis leans on power",
+        "GPUs 0-7: SM activity n/a (pre-Hopper GPU: GPM (SM activity) needs Hopper or newer),"
+        " so the diagnosis leans on power",
     )
 
 
@@ -491,13 +491,13 @@ def test_a_gpu_that_cannot_be_identified_is_skipped_and_the_rest_monitored(
     src, _ = nvml([FakeGpu(util=[5]), FakeGpu(errors=[FakeError("nvmlDeviceGetName", UNKNOWN)])])
     assert src.status.live
     assert [(g.index, g.util) for g in src.read().gpus] == [(0, 5.0)]
-    assert "GPU 1: unreadable (Unknown Error); skipped" in src.notes
+    assert "GPU 1: unreadable (Unknown Error), skipped" in src.notes
 
 
 def test_a_second_device_with_the_same_uuid_is_not_counted_twice(nvml: MakeSource) -> None:
     src, _ = nvml([FakeGpu(uuid=fake_uuid(7), util=[1]), FakeGpu(uuid=fake_uuid(7), util=[2])])
     assert [(g.index, g.util) for g in src.read().gpus] == [(0, 1.0)]
-    assert "GPU 1: same UUID as GPU 0; skipped" in src.notes
+    assert "GPU 1: same UUID as GPU 0, skipped" in src.notes
 
 
 def test_a_rewritten_scenario_takes_effect_mid_run_keeping_the_tick(nvml: MakeSource) -> None:

@@ -286,7 +286,10 @@ class NvmlSource:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What this source cannot report, each said once; GPUs sharing a note share a line."""
+        """What this source cannot report, each said once; GPUs sharing a note share a line.
+
+        ``status.reason`` joins them with "; " (no note contains one).
+        """
         gpus_of: dict[str, list[int]] = {}
         for gpu, text in self._notes.values():
             gpus_of.setdefault(text, [])
@@ -379,17 +382,17 @@ class NvmlSource:
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             name = _text(pynvml.nvmlDeviceGetName(handle))
         except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
-            self._note(f"lost:{index}", index, f"lost ({exc}); not monitored")
+            self._note(f"lost:{index}", index, f"lost ({exc}), not monitored")
             return
         except pynvml.NVMLError_NoPermission:
-            self._note(f"perm:{index}", index, "no permission to query it; skipped")
+            self._note(f"perm:{index}", index, "no permission to query it, skipped")
             return
         except pynvml.NVMLError as exc:
-            self._note(f"bad:{index}", index, f"unreadable ({exc}); skipped")
+            self._note(f"bad:{index}", index, f"unreadable ({exc}), skipped")
             return
         if uuid in self._devices:
             self._note(
-                f"dup:{index}", index, f"same UUID as GPU {self._devices[uuid].index}; skipped"
+                f"dup:{index}", index, f"same UUID as GPU {self._devices[uuid].index}, skipped"
             )
             return
         dev = _Device(index=index, handle=handle, uuid=uuid, name=name)
@@ -534,7 +537,7 @@ class NvmlSource:
         self._note(
             f"sm:{dev.uuid}",
             dev.index,
-            f"SM activity n/a ({why}); the diagnosis leans on power",
+            f"SM activity n/a ({why}), so the diagnosis leans on power",
         )
 
     def _mark_lost(self, dev: _Device, exc: _Lost) -> None:
@@ -542,7 +545,7 @@ class NvmlSource:
         dev.processes = ()
         self._free_gpm(dev)
         self._note(
-            f"lost:{dev.uuid}", dev.index, f"lost ({exc}); it needs a reset, then restart gputop"
+            f"lost:{dev.uuid}", dev.index, f"lost ({exc}), it needs a reset, then restart gputop"
         )
 
     def _power_avg(self, dev: _Device) -> float | None:
@@ -702,7 +705,7 @@ class NvmlSource:
                 "pidns",
                 None,
                 f"GPU process {host_pid} on GPU {dev.index} is not visible: gputop runs in its "
-                "own PID namespace and NVML reports host PIDs; run the container with --pid=host",
+                "own PID namespace and NVML reports host PIDs (run the container with --pid=host)",
             )
         else:
             self._note(
