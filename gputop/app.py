@@ -406,13 +406,11 @@ class GputopApp(App[int]):
             self.table.set_view(sort_key=key, reverse=col.descending)
         self._status()
 
-    def on_data_table_header_selected(self, event: ProcessTable.HeaderSelected) -> None:
-        if event.data_table is self.table:
-            key = str(event.column_key.value)
-            if key == self.table.sort_key:
-                self.action_invert()
-            else:
-                self._sort_by(key)
+    def on_process_table_header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
+        if event.column == self.table.sort_key:
+            self.action_invert()
+        else:
+            self._sort_by(event.column)
 
     def action_invert(self) -> None:
         self.table.set_view(reverse=not self.table.sort_reverse)
@@ -431,12 +429,8 @@ class GputopApp(App[int]):
     def action_scrub(self, step: int) -> None:
         self._seek(self.cursor + step)
 
-    def on_data_table_row_selected(self, event: ProcessTable.RowSelected) -> None:
-        if event.data_table is not self.table:
-            return
-        p = self.table.selected
-        if p is not None:
-            self.push_screen(ProcessScreen(p.key, self.history, self.feed.live))
+    def on_process_table_opened(self, event: ProcessTable.Opened) -> None:
+        self.push_screen(ProcessScreen(event.process.key, self.history, self.feed.live))
 
     def action_kill(self) -> None:
         if self.readonly:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from frames_fixture import (
@@ -175,14 +176,6 @@ async def test_selection_follows_its_process_and_rows_update_in_place() -> None:
         feed.push(make_frame(0))
         await pilot.pause()
         assert app.table.select_key(STARVING_KEY)
-        added: list[object] = []
-        original = app.table.add_row
-
-        def counting_add_row(*cells: object, **kw: object) -> object:
-            added.append(kw.get("key"))
-            return original(*cells, **kw)  # type: ignore[arg-type]
-
-        app.table.add_row = counting_add_row  # type: ignore[method-assign]
         before = pids(app.table).index(STARVING_TRAINER_PID)
         # Push the trainer to the top of the CPU sort: its row moves, the cursor follows.
         f1 = make_frame(1)
@@ -194,16 +187,37 @@ async def test_selection_follows_its_process_and_rows_update_in_place() -> None:
         assert pids(app.table).index(STARVING_TRAINER_PID) == 0 != before
         assert app.table.selected is not None
         assert app.table.selected.pid == STARVING_TRAINER_PID
-        assert added == []  # same processes: cells updated, no row re-added
         # A process that exits loses its row; a new one gets a row.
         newcomer = replace(hot[-1], pid=9999, start_time=9999, cmdline="new")
         gone = (*(p for p in hot if p.pid != 5000), newcomer)
         feed.push(replace(make_frame(2), processes=gone))
         await pilot.pause()
         assert 5000 not in pids(app.table) and 9999 in pids(app.table)
-        assert added == ["9999:9999"]
         assert app.table.selected is not None
         assert app.table.selected.pid == STARVING_TRAINER_PID
+
+
+@sync
+async def test_only_rows_whose_cells_changed_are_rendered_again() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        f0 = make_frame(0)
+        feed.push(f0)
+        await pilot.pause()
+        built: list[str] = []
+        original = app.table._row_strip
+
+        def counting(cells: Any, *args: Any) -> Any:
+            built.append(cells[0][0])
+            return original(cells, *args)
+
+        app.table._row_strip = counting  # type: ignore[method-assign]
+        one_changed = tuple(replace(p, cpu_pct=12.3) if p.pid == 5000 else p for p in f0.processes)
+        feed.push(replace(f0, seq=2, t=f0.t + 1, processes=one_changed))
+        await pilot.pause()
+        assert built == ["5000"]
+        assert app.table.cells("5000:3000")[3] == "12.3"
 
 
 @sync
@@ -245,16 +259,16 @@ async def test_pause_freezes_the_display_while_history_keeps_growing() -> None:
         await pilot.pause()
         await pilot.press("p")
         assert app.paused and "PAUSED" in status_text(app)
-        shown = app.table.get_row("5000:3000")
+        shown = app.table.cells("5000:3000")
         f1 = make_frame(1)
         changed = tuple(replace(p, cpu_pct=12.3) if p.pid == 5000 else p for p in f1.processes)
         feed.push(replace(f1, processes=changed))
         await pilot.pause()
         assert len(app.history) == 2
-        assert app.table.get_row("5000:3000") == shown
+        assert app.table.cells("5000:3000") == shown
         await pilot.press("p")
         assert not app.paused and "PAUSED" not in status_text(app)
-        assert str(app.table.get_row("5000:3000")[3]) == "12.3"
+        assert app.table.cells("5000:3000")[3] == "12.3"
 
 
 @sync

@@ -1,21 +1,31 @@
-"""The htop-style process table: keyed rows updated in place, tree, sort, filter."""
+"""The htop-style process table: keyed rows updated in place, tree, sort, filter.
+
+A line-based ScrollView rather than a DataTable: every row is cached as one Strip
+and rebuilt only when one of its cells changed, so a tick with 50 processes
+costs string comparisons plus a few Strips, not a Rich render of every cell.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from rich.text import Text
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowDoesNotExist
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from gputop.model.frame import ProcessSample
 
 
 @dataclass(frozen=True)
 class Column:
-    """One table column: its key, header, width, how to sort and how to show a process."""
+    """One table column: key, header, width (0: the rest of the line), sort key, alignment."""
 
     key: str
     label: str
@@ -33,15 +43,15 @@ def _num(v: float | None) -> float:
 
 COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", 7, lambda p: p.pid, True),
-    Column("role", "ROLE", 7, lambda p: p.role, False),
-    Column("user", "USER", 9, lambda p: p.user, False),
-    Column("cpu", "CPU%", 6, lambda p: p.cpu_pct, True, True),
-    Column("offcpu", "OFF%", 6, lambda p: _num(p.offcpu_pct), True, True),
+    Column("role", "ROLE", 6, lambda p: p.role, False),
+    Column("user", "USER", 8, lambda p: p.user, False),
+    Column("cpu", "CPU%", 5, lambda p: p.cpu_pct, True, True),
+    Column("offcpu", "OFF%", 5, lambda p: _num(p.offcpu_pct), True, True),
     Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True),
     Column("preempt", "PRE/s", 6, lambda p: p.preempt_per_s, True, True),
-    Column("gpu", "GPU", 4, lambda p: p.gpus, False),
-    Column("gpumem", "GMEM", 6, lambda p: _num(p.gpu_mem_mib), True, True),
-    Column("command", "COMMAND", 200, lambda p: p.cmdline or p.comm, False),
+    Column("gpu", "GPU", 3, lambda p: p.gpus, False),
+    Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True),
+    Column("command", "COMMAND", 0, lambda p: p.cmdline or p.comm, False),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
@@ -63,10 +73,6 @@ def _mem(mib: int | None, on_gpu: bool) -> str:
     if mib is None:
         return "n/a" if on_gpu else ""
     return f"{mib / 1024:.1f}G" if mib >= 1024 else f"{mib}M"
-
-
-def _justify(c: Column) -> Literal["left", "right"]:
-    return "right" if c.numeric else "left"
 
 
 def matches(p: ProcessSample, needle: str) -> bool:
@@ -124,43 +130,82 @@ def arrange(
     return out
 
 
-class ProcessTable(DataTable[Any]):
-    """Processes keyed by (pid, start time); each frame updates only the cells that changed.
+# A cell: its text and a component class ("" for the row's base style).
+Cell = tuple[str, str]
+GUTTER = 1  # one space before every column
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """Processes keyed by (pid, start time); each frame re-renders only the rows that changed.
 
     The cursor follows the selected process when the order changes, so a
-    refresh never moves the selection to a different process.
+    refresh never moves the selection to a different process. The header stays
+    on the first line; COMMAND takes whatever width is left.
     """
 
     DEFAULT_CSS = """
-    ProcessTable { height: 1fr; scrollbar-size-horizontal: 0; }
+    ProcessTable { height: 1fr; scrollbar-size-horizontal: 0; background: $surface; }
+    ProcessTable > .process-table--header { background: $panel; color: $text; text-style: bold; }
+    ProcessTable > .process-table--sorted { background: $accent; color: $text; text-style: bold; }
+    ProcessTable > .process-table--cursor { background: $block-cursor-blurred-background; }
+    ProcessTable:focus > .process-table--cursor {
+        background: $block-cursor-background; color: $block-cursor-foreground;
+    }
     ProcessTable > .process-table--hot { color: $text-error; }
     ProcessTable > .process-table--warm { color: $text-warning; }
     ProcessTable > .process-table--trainer { color: $text-accent; text-style: bold; }
     ProcessTable > .process-table--worker { color: $text-primary; }
     ProcessTable > .process-table--muted { color: $text-muted; }
     """
-    COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | {
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "process-table--header",
+        "process-table--sorted",
+        "process-table--cursor",
         "process-table--hot",
         "process-table--warm",
         "process-table--trainer",
         "process-table--worker",
         "process-table--muted",
     }
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "open", "Details"),
+    ]
+
+    class Opened(Message):
+        """Enter (or a double click) on a process."""
+
+        def __init__(self, process: ProcessSample) -> None:
+            super().__init__()
+            self.process = process
+
+    class HeaderClicked(Message):
+        """A click on a column header."""
+
+        def __init__(self, column: str) -> None:
+            super().__init__()
+            self.column = column
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False, cell_padding=0)
         self.sort_key = "cpu"
         self.sort_reverse = True
         self.tree_mode = True
         self.needle = ""
+        self.cursor_row = 0
         self._procs: tuple[ProcessSample, ...] = ()
         self._by_key: dict[str, ProcessSample] = {}
-        self._cells: dict[str, tuple[Any, ...]] = {}
+        self._cells: dict[str, tuple[Cell, ...]] = {}
         self._order: list[str] = []
-
-    def on_mount(self) -> None:
-        for c in COLUMNS:
-            self.add_column(self._label(c), width=c.width, key=c.key)
+        self._strips: dict[str, Strip] = {}
+        self._header: Strip | None = None
+        self._styles: dict[str, Style] = {}
+        self._widths: tuple[int, ...] = ()
+        super().__init__(id=id)
 
     # ---- data ---------------------------------------------------------------
 
@@ -170,23 +215,31 @@ class ProcessTable(DataTable[Any]):
         return list(self._order)
 
     @property
+    def row_count(self) -> int:
+        return len(self._order)
+
+    def cells(self, key: str) -> tuple[str, ...]:
+        """The texts shown in one row (tests and screenshots read them)."""
+        return tuple(text for text, _ in self._cells[key])
+
+    @property
     def selected(self) -> ProcessSample | None:
         """The process under the cursor, if any."""
-        if not self._order or not 0 <= self.cursor_row < len(self._order):
+        if not 0 <= self.cursor_row < len(self._order):
             return None
         return self._by_key.get(self._order[self.cursor_row])
 
     def select_key(self, key: str) -> bool:
         """Put the cursor on the process with this row key; False when it is not shown."""
         try:
-            index = self.get_row_index(key)
-        except RowDoesNotExist:
+            index = self._order.index(key)
+        except ValueError:
             return False
-        self.move_cursor(row=index, animate=False)
+        self._move_to(index)
         return True
 
     def show(self, procs: Sequence[ProcessSample]) -> None:
-        """Show these processes: remove the gone, add the new, update changed cells."""
+        """Show these processes: drop the gone, add the new, re-render changed rows only."""
         self._procs = tuple(procs)
         self._apply()
 
@@ -199,7 +252,6 @@ class ProcessTable(DataTable[Any]):
         needle: str | None = None,
     ) -> None:
         """Change sort, tree mode or filter and re-arrange the rows (selection kept)."""
-        old_sort = self.sort_key
         if sort_key is not None:
             self.sort_key = sort_key
         if reverse is not None:
@@ -208,20 +260,9 @@ class ProcessTable(DataTable[Any]):
             self.tree_mode = tree
         if needle is not None:
             self.needle = needle
-        for key in {old_sort, self.sort_key}:
-            col = next(c for c in COLUMNS if c.key == key)
-            self.columns[ColumnKey(key)].label = self._label(col)
-        # DataTable caches rendered rows (the header too) per update count.
-        self._update_count += 1
+        self._header = None
         self._apply()
-
-    def _label(self, c: Column) -> Text:
-        # Cells carry their own one-space gutter (cell padding is 0 to fit 80 columns).
-        if c.key != self.sort_key:
-            return Text(c.label if c.numeric else f" {c.label}", justify=_justify(c))
-        arrow = "▼" if self.sort_reverse else "▲"
-        label = f"{c.label}{arrow}"
-        return Text(label if c.numeric else f" {label}", style="reverse", justify=_justify(c))
+        self.refresh()
 
     def _apply(self) -> None:
         rows = arrange(
@@ -231,36 +272,37 @@ class ProcessTable(DataTable[Any]):
             tree=self.tree_mode,
             needle=self.needle,
         )
-        selected = self._order[self.cursor_row] if 0 <= self.cursor_row < len(self._order) else None
+        selected = self._order[self.cursor_row] if self.selected is not None else None
         new_keys = [row_key(p) for p, _ in rows]
-        wanted = set(new_keys)
-        for key in [k for k in self._cells if k not in wanted]:
-            self.remove_row(key)
-            del self._cells[key]
-        self._by_key = {}
+        by_key: dict[str, ProcessSample] = {}
+        cells: dict[str, tuple[Cell, ...]] = {}
+        dirty: list[str] = []
         for (p, prefix), key in zip(rows, new_keys, strict=True):
-            self._by_key[key] = p
-            cells = self._cells_for(p, prefix)
-            old = self._cells.get(key)
-            if old is None:
-                self.add_row(*cells, key=key)
-            else:
-                for col, new, was in zip(COLUMN_KEYS, cells, old, strict=True):
-                    if new != was:
-                        self.update_cell(key, col, new)
-            self._cells[key] = cells
+            by_key[key] = p
+            row = self._cells_for(p, prefix)
+            cells[key] = row
+            if self._cells.get(key) != row:
+                self._strips.pop(key, None)
+                dirty.append(key)
+        for key in self._cells.keys() - cells.keys():
+            self._strips.pop(key, None)
+        self._by_key, self._cells = by_key, cells
         if new_keys != self._order:
-            position = {k: i for i, k in enumerate(new_keys)}
             self._order = new_keys
-            # The PID cell is unique among live rows, so it can carry the order.
-            pid_pos = {k.split(":", 1)[0]: i for k, i in position.items()}
-            self.sort("pid", key=lambda cell: pid_pos[str(cell).strip()])
-            if selected is not None and selected in position:
-                self.move_cursor(row=position[selected], animate=False)
-        self.refresh()
+            self.virtual_size = Size(self.size.width, len(new_keys) + 1)
+            index = new_keys.index(selected) if selected in by_key else self.cursor_row
+            self._move_to(min(index, len(new_keys) - 1), refresh=False)
+            self.refresh()
+            return
+        top = self.scroll_offset.y
+        for key in dirty:
+            y = new_keys.index(key) - top + 1
+            if 1 <= y < self.size.height:
+                self.refresh_lines(top + y, 1)
 
-    def _cells_for(self, p: ProcessSample, prefix: str) -> tuple[Any, ...]:
-        on_gpu = bool(p.gpus)
+    # ---- cells --------------------------------------------------------------
+
+    def _cells_for(self, p: ProcessSample, prefix: str) -> tuple[Cell, ...]:
         role_cls = (
             "process-table--trainer"
             if p.role == "trainer"
@@ -268,30 +310,145 @@ class ProcessTable(DataTable[Any]):
             if p.role in ("dataloader", "pin_memory")
             else ""
         )
-        command = p.cmdline or f"[{p.comm}]"
-        cmd = Text(" ")
-        if prefix:
-            cmd.append(prefix, style=self._style("process-table--muted"))
-        cmd.append(command[:200], style=self._style(role_cls) if role_cls else "")
-        role = " " + ROLE_SHORT.get(p.role, p.role)
         return (
-            Text(str(p.pid), justify="right"),
-            Text(role, style=self._style(role_cls)) if role_cls else role,
-            " " + p.user[:8],
-            self._pct(p.cpu_pct, 90.0, 60.0),
-            self._pct(p.offcpu_pct, 50.0, 25.0),
-            self._pct(p.runq_pct, 20.0, 10.0),
-            Text(_fmt(p.preempt_per_s), justify="right"),
-            " " + ",".join(str(g) for g in p.gpus),
-            Text(_mem(p.gpu_mem_mib, on_gpu), justify="right"),
-            cmd,
+            (str(p.pid), ""),
+            (ROLE_SHORT.get(p.role, p.role), role_cls),
+            (p.user[:8], ""),
+            _pct(p.cpu_pct, 90.0, 60.0),
+            _pct(p.offcpu_pct, 50.0, 25.0),
+            _pct(p.runq_pct, 20.0, 10.0),
+            (_fmt(p.preempt_per_s), ""),
+            (",".join(str(g) for g in p.gpus), ""),
+            (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
+            (prefix, "process-table--muted"),
+            ((p.cmdline or f"[{p.comm}]")[:300], role_cls),
         )
 
-    def _pct(self, v: float | None, hot: float, warm: float) -> Text:
-        if v is None:
-            return Text("n/a", justify="right", style=self._style("process-table--muted"))
-        cls = "process-table--hot" if v >= hot else "process-table--warm" if v >= warm else ""
-        return Text(_fmt(v), justify="right", style=self._style(cls) if cls else "")
+    # ---- rendering ----------------------------------------------------------
 
-    def _style(self, cls: str) -> Any:
-        return self.get_component_rich_style(cls, partial=True)
+    def notify_style_update(self) -> None:
+        self._styles = {}
+        self._strips = {}
+        self._header = None
+        super().notify_style_update()
+
+    def _style(self, cls: str) -> Style:
+        style = self._styles.get(cls)
+        if style is None:
+            style = self._styles[cls] = self.get_component_rich_style(cls, partial=True)
+        return style
+
+    def _column_widths(self, width: int) -> tuple[int, ...]:
+        fixed = [c.width for c in COLUMNS[:-1]]
+        rest = max(8, width - sum(fixed) - GUTTER * len(fixed) - GUTTER)
+        return (*fixed, rest)
+
+    def on_resize(self) -> None:
+        # Row strips depend on the width only; render_line drops them when it changes.
+        self.virtual_size = Size(self.size.width, len(self._order) + 1)
+        self._scroll_to_cursor()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        widths = self._column_widths(width)
+        if widths != self._widths:
+            self._widths = widths
+            self._strips = {}
+            self._header = None
+        base = self.rich_style
+        if y == 0:
+            if self._header is None:
+                self._header = self._header_strip(widths, base, width)
+            return self._header
+        index = self.scroll_offset.y + y - 1
+        if not 0 <= index < len(self._order):
+            return Strip.blank(width, base)
+        key = self._order[index]
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strips[key] = self._row_strip(self._cells[key], widths, base, width)
+        if index == self.cursor_row:
+            return strip.apply_style(self._style("process-table--cursor"))
+        return strip
+
+    def _header_strip(self, widths: tuple[int, ...], base: Style, width: int) -> Strip:
+        head = base + self._style("process-table--header")
+        segments = []
+        for c, w in zip(COLUMNS, widths, strict=True):
+            label = c.label
+            style = head
+            if c.key == self.sort_key:
+                label += "▼" if self.sort_reverse else "▲"
+                style = head + self._style("process-table--sorted")
+            text = label.rjust(w) if c.numeric else label.ljust(w)
+            segments += [Segment(" ", head), Segment(text[:w], style)]
+        return Strip(segments).crop_extend(0, width, head)
+
+    def _row_strip(
+        self, cells: tuple[Cell, ...], widths: tuple[int, ...], base: Style, width: int
+    ) -> Strip:
+        segments = []
+        *columns, (prefix, prefix_cls), (command, command_cls) = cells
+        for c, w, (text, cls) in zip(COLUMNS[:-1], widths[:-1], columns, strict=True):
+            text = text.rjust(w) if c.numeric else text.ljust(w)
+            segments.append(Segment(" ", base))
+            segments.append(Segment(text[:w], base + self._style(cls) if cls else base))
+        segments.append(Segment(" ", base))
+        if prefix:
+            segments.append(Segment(prefix, base + self._style(prefix_cls)))
+        segments.append(Segment(command, base + self._style(command_cls) if command_cls else base))
+        return Strip(segments).crop_extend(0, width, base)
+
+    # ---- cursor -------------------------------------------------------------
+
+    def _move_to(self, index: int, refresh: bool = True) -> None:
+        old = self.cursor_row
+        self.cursor_row = max(0, min(index, len(self._order) - 1))
+        self._scroll_to_cursor()
+        if refresh and old != self.cursor_row:
+            self.refresh()
+
+    def _scroll_to_cursor(self) -> None:
+        visible = max(1, self.size.height - 1)
+        top = self.scroll_offset.y
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + visible:
+            self.scroll_to(y=self.cursor_row - visible + 1, animate=False, immediate=True)
+
+    def action_move(self, step: int) -> None:
+        self._move_to(self.cursor_row + step)
+
+    def action_page(self, step: int) -> None:
+        self._move_to(self.cursor_row + step * max(1, self.size.height - 2))
+
+    def action_jump(self, index: int) -> None:
+        self._move_to(index if index >= 0 else len(self._order) - 1)
+
+    def action_open(self) -> None:
+        p = self.selected
+        if p is not None:
+            self.post_message(self.Opened(p))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:
+            x = 0
+            for c, w in zip(COLUMNS, self._widths, strict=False):
+                x += GUTTER + w
+                if offset.x < x:
+                    self.post_message(self.HeaderClicked(c.key))
+                    return
+            return
+        self._move_to(self.scroll_offset.y + offset.y - 1)
+        if event.chain >= 2:
+            self.action_open()
+
+
+def _pct(v: float | None, hot: float, warm: float) -> Cell:
+    if v is None:
+        return ("n/a", "process-table--muted")
+    cls = "process-table--hot" if v >= hot else "process-table--warm" if v >= warm else ""
+    return (_fmt(v), cls)
