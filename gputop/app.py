@@ -492,16 +492,18 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def _apply_thresholds(opts: Options, thresholds: dict[str, Any]) -> Options:
-    """Check the config's [thresholds] with the diagnosis engine and hand them to the runtime."""
+def configured_diagnoser(thresholds: dict[str, Any]) -> Any:
+    """A Diagnoser with the config's [thresholds] (checked there: bad ones are a UsageError)."""
     try:
-        from gputop.model.diagnosis import Thresholds  # type: ignore[import-not-found,unused-ignore]
+        from gputop.model.diagnosis import (  # type: ignore[import-not-found,unused-ignore]
+            Diagnoser,
+            Thresholds,
+        )
     except ImportError:
-        return opts
-    checked = Thresholds.from_mapping(thresholds)
-    if "thresholds" in getattr(Options, "__dataclass_fields__", {}):
-        return replace(opts, thresholds=checked)  # type: ignore[call-arg,unused-ignore]
-    return opts
+        raise UsageError(
+            "[thresholds] in the config needs the diagnosis engine, not in this build"
+        ) from None
+    return Diagnoser(Thresholds.from_mapping(thresholds))
 
 
 def run_app(args: argparse.Namespace, opts: Options) -> int:
@@ -512,15 +514,16 @@ def run_app(args: argparse.Namespace, opts: Options) -> int:
     if config.interval_s is not None and interval_s == 1.0:
         interval_s = config.interval_s
         opts = replace(opts, interval_s=interval_s)
-    if config.thresholds:
-        opts = _apply_thresholds(opts, config.thresholds)
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)
     else:
         from gputop.runtime import build_sampler
 
-        feed = SamplerFeed(build_sampler(opts))
+        sampler = build_sampler(opts)
+        if config.thresholds:
+            sampler.diagnoser = configured_diagnoser(config.thresholds)
+        feed = SamplerFeed(sampler)
     app = GputopApp(
         feed,
         interval_s=interval_s,
