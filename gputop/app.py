@@ -128,6 +128,8 @@ class GputopApp(App[int]):
     """The main screen: verdict banner, one panel per GPU, process table, status line."""
 
     TITLE = "gputop"
+    # Every action has a key; the palette's footer hint would push "q Quit" off an 80-column footer.
+    ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
     #gpus { height: auto; max-height: 50%; grid-gutter: 0 1; }

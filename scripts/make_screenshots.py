@@ -1,7 +1,8 @@
 """Generate screenshots/*.svg of the main screen and the drill-down (never edit them by hand).
 
     python scripts/make_screenshots.py                 # the deterministic test fixture
-    python scripts/make_screenshots.py --demo NAME...  # also record each built-in demo scenario
+    python scripts/make_screenshots.py --demo NAME...  # also record these built-in demo scenarios
+    python scripts/make_screenshots.py --all-demos     # ... or every one of them
 
 A scenario is a name plus a list of frames; the fixture's frames come from
 tests/frames_fixture.py, a demo's are recorded live through the same sampler the
@@ -88,12 +89,18 @@ async def shoot(scenario: Scenario, out: Path) -> list[Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demo", nargs="*", default=[], metavar="NAME", help="demo scenarios to add")
+    ap.add_argument("--all-demos", action="store_true", help="add every built-in demo scenario")
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds to record each demo")
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--out", type=Path, default=ROOT / "screenshots")
     args = ap.parse_args()
+    names = list(args.demo)
+    if args.all_demos:
+        from gputop.demo import SCENARIOS  # type: ignore[import-not-found,unused-ignore]
+
+        names += [n for n in SCENARIOS if n not in names]
     scenarios = fixture_scenarios() + [
-        demo_scenario(name, args.seconds, args.interval) for name in args.demo
+        demo_scenario(name, args.seconds, args.interval) for name in names
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     for scenario in scenarios:
