@@ -340,8 +340,8 @@ class GputopApp(App[int]):
         if action in MAIN_SCREEN_ACTIONS and self.screen is not self.screen_stack[0]:
             return False
         if action == "scrub":
-            # Without a timeline ← → belong to the table (horizontal scroll).
-            return bool(self.timeline) and not isinstance(self.screen, ProcessScreen)
+            # Without a timeline, or while typing a filter, ← → are not for scrubbing.
+            return bool(self.timeline) and not isinstance(self.focused, FilterInput)
         return True
 
     def key_help(self) -> list[tuple[str, str]]:

@@ -344,6 +344,27 @@ async def test_left_right_scrub_the_replay_timeline() -> None:
 
 
 @sync
+async def test_mouse_click_selects_a_row_and_a_header_click_sorts() -> None:
+    app = replay_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.click(ProcessTable, offset=(3, 3))
+        assert app.table.cursor_row == 2
+        await pilot.click(ProcessTable, offset=(3, 0))  # the PID header
+        assert app.table.sort_key == "pid"
+        await pilot.click(ProcessTable, offset=(3, 0))
+        assert app.table.sort_key == "pid" and app.table.sort_reverse
+
+
+@sync
+async def test_arrows_move_the_filter_cursor_not_the_replay() -> None:
+    app = replay_app(10)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("slash", "b", "o", "left")
+        assert app.cursor == 9
+
+
+@sync
 async def test_quit_key_exits() -> None:
     app = replay_app(3)
     async with app.run_test(size=(80, 24)) as pilot:

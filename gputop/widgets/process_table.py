@@ -289,7 +289,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._by_key, self._cells = by_key, cells
         if new_keys != self._order:
             self._order = new_keys
-            self.virtual_size = Size(self.size.width, len(new_keys) + 1)
+            self.virtual_size = Size(self.scrollable_content_region.width, len(new_keys) + 1)
             index = new_keys.index(selected) if selected in by_key else self.cursor_row
             self._move_to(min(index, len(new_keys) - 1), refresh=False)
             self.refresh()
@@ -345,11 +345,11 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         # Row strips depend on the width only; render_line drops them when it changes.
-        self.virtual_size = Size(self.size.width, len(self._order) + 1)
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self._order) + 1)
         self._scroll_to_cursor()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self.scrollable_content_region.width
         widths = self._column_widths(width)
         if widths != self._widths:
             self._widths = widths
