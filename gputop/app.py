@@ -351,8 +351,10 @@ class GputopApp(App[int]):
             keys = self.config.keys.get(b.id or "", b.key)
             shown = ", ".join(self.get_key_display(Binding(k, "")) for k in keys.split(","))
             out.append((shown, self.KEY_HELP.get(b.id or "", b.description)))
-        out.insert(4, ("Enter", "open the selected process (Esc returns)"))
-        out.insert(5, ("↑ ↓ PgUp PgDn", "move the selection"))
+        out[1:1] = [
+            ("↑ ↓ PgUp PgDn", "move the selection"),
+            ("Enter", "open the selected process (Esc returns)"),
+        ]
         return out
 
     def action_help(self) -> None:
@@ -451,7 +453,7 @@ class GputopApp(App[int]):
 
         def answered(sig: int | None) -> None:
             if sig is not None:
-                self.notify(_send_signal(target, sig))
+                self.notify(_send_signal(target, sig), markup=False)
 
         self.push_screen(KillScreen(target), answered)
 
@@ -475,9 +477,11 @@ class GputopApp(App[int]):
                     frames, meta, self.config.snapshot_dir, svg, self.redact
                 )
             except (UsageError, OSError) as exc:
-                self.call_from_thread(self.notify, f"snapshot failed: {exc}", severity="error")
+                self.call_from_thread(
+                    self.notify, f"snapshot failed: {exc}", severity="error", markup=False
+                )
                 return
-            self.call_from_thread(self.notify, f"snapshot saved: {path}")
+            self.call_from_thread(self.notify, f"snapshot saved: {path}", markup=False)
 
         self.run_worker(write, thread=True, group="snapshot")
 

@@ -386,6 +386,33 @@ async def test_survives_resize_down_to_80x24() -> None:
         assert all(len(line) > 0 for line in panel._lines)
 
 
+@sync
+async def test_markup_in_command_lines_and_thread_names_is_shown_verbatim() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    evil = "python3 [red]evil[/red] [unclosed"
+    async with app.run_test(size=(120, 40)) as pilot:
+        f = make_frame(0)
+        procs = tuple(
+            replace(p, cmdline=evil, threads=tuple(replace(t, comm="[b]") for t in p.threads))
+            if p.pid == STARVING_TRAINER_PID
+            else p
+            for p in f.processes
+        )
+        feed.push(replace(f, processes=procs))
+        await pilot.pause()
+        app.table.select_key(STARVING_KEY)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ProcessScreen)
+        assert evil in str(app.screen.query_one("#head").render())
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, KillScreen)
+        assert evil in str(app.screen.query_one("#question").render())
+        await pilot.press("escape")
+
+
 # ---- kill --------------------------------------------------------------------
 
 

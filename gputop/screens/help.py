@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -42,7 +43,7 @@ class HelpScreen(ModalScreen[None]):
         table.add_column(style="bold", no_wrap=True)
         table.add_column()
         for key, what in self.keys:
-            table.add_row(key, what)
+            table.add_row(Text(key), Text(what))
         with VerticalScroll() as scroll:
             scroll.border_title = "gputop keys"
             yield Static(table)

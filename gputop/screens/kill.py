@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -40,14 +41,14 @@ class KillScreen(ModalScreen[int | None]):
     def compose(self) -> ComposeResult:
         p = self.process
         with Vertical():
-            yield Static(
-                f"Send a signal to PID {p.pid} ({p.user or '?'})?\n{(p.cmdline or p.comm)[:180]}",
-                id="question",
-            )
+            # Command lines are other users' text: shown verbatim, never parsed as markup.
+            question = Text(f"Send a signal to PID {p.pid} ({p.user or '?'})?\n")
+            question.append((p.cmdline or p.comm)[:180])
+            yield Static(question, id="question")
             with Horizontal():
-                yield Button("[t] SIGTERM", id="term", variant="warning")
-                yield Button("[K] SIGKILL", id="kill", variant="error")
-                yield Button("[Esc] Cancel", id="none")
+                yield Button(r"\[t] SIGTERM", id="term", variant="warning")
+                yield Button(r"\[K] SIGKILL", id="kill", variant="error")
+                yield Button(r"\[Esc] Cancel", id="none")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_send(event.button.id or "none")

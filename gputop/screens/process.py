@@ -191,7 +191,7 @@ class ProcessScreen(Screen[None]):
         for th in p.threads:
             cells = (
                 str(th.tid),
-                th.comm,
+                Text(th.comm),
                 f(th.cpu_pct),
                 f(th.offcpu_pct),
                 f(th.runq_pct),
