@@ -2,13 +2,16 @@
 
     python bench/tui_cpu.py                 # TUI on fixture frames: 2 GPUs, 50 process rows
     python bench/tui_cpu.py --mode live     # real `gputop --top 50` (/proc sampler, no GPU)
+    python bench/tui_cpu.py --mode demo --demo cpu-contention   # `gputop --demo NAME --top 50`
     python bench/tui_cpu.py --duration 20 --size 80x24
 
 fixture mode: a thread hands precomputed frames (tests/frames_fixture.py, 2 GPUs, 50
 processes, a starving verdict) to the app once per interval through the same
 ``offer_frame`` path the sampler uses, so the number is the TUI's own cost
 (message, history, banner, GPU panels, table diff, status line, terminal output).
-live mode: the whole program, sampler included, on this machine's /proc.
+live mode: the whole program, sampler included, on this machine's /proc. demo mode:
+the whole program on a built-in scenario (its workload runs in other processes,
+which are not counted).
 
 CPU % is of one core, from /proc/PID/stat utime+stime over the measured window
 (after the first frame); RSS from /proc/PID/status. Prints one line per number.
@@ -85,7 +88,8 @@ def _pane(cmd: list[str]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("fixture", "live"), default="fixture")
+    ap.add_argument("--mode", choices=("fixture", "live", "demo"), default="fixture")
+    ap.add_argument("--demo", default="cpu-contention", help="scenario for --mode demo")
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--procs", type=int, default=50)
@@ -104,6 +108,8 @@ def main() -> int:
         )
     else:
         inner = f"{py} -m gputop --interval {args.interval} --top {args.procs}"
+        if args.mode == "demo":
+            inner += f" --demo {shlex.quote(args.demo)}"
     env = "TERM=xterm-256color"
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True, check=False)
     started = time.monotonic()
@@ -147,9 +153,8 @@ def main() -> int:
         subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True, check=False)
     cpu_pct = 100.0 * (c1 - c0) / hz / (t1 - t0)
     load = os.getloadavg()[0]
-    print(
-        f"mode: {args.mode}  size: {args.size}  interval: {args.interval:g} s  rows: {args.procs}"
-    )
+    mode = f"demo {args.demo}" if args.mode == "demo" else args.mode
+    print(f"mode: {mode}  size: {args.size}  interval: {args.interval:g} s  rows: {args.procs}")
     print(f"time to first frame: {first_frame_s:.2f} s")
     print(f"cpu: {cpu_pct:.2f} % of one core over {t1 - t0:.0f} s")
     print(f"rss: {rss / 1024:.1f} MiB (peak {hwm / 1024:.1f} MiB)")

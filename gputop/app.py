@@ -41,6 +41,7 @@ from gputop.widgets.status_line import StatusInfo, StatusLine
 
 HISTORY_WINDOW_S = 600.0
 GPU_PANEL_MIN_W = 38
+FEED_CHECK_S = 5.0
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
     {"filter", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub"}
@@ -83,6 +84,12 @@ class SamplerFeed:
 
     def statuses(self) -> list[SourceStatus]:
         return list(self.sampler.statuses())
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the sampler thread stopped, if it did."""
+        error: BaseException | None = self.sampler.error
+        return error
 
 
 class ReplayFeed:
@@ -192,6 +199,7 @@ class GputopApp(App[int]):
         self._wake_pending = False
         self._gpu_ids: tuple[str | None, ...] = ()
         self._panels: list[GpuPanel] = []
+        self._feed_failed = False
         if self.config.keys:
             known = {b.id for b in self._bindings_list() if b.id}
             unknown = sorted(set(self.config.keys) - known)
@@ -224,6 +232,20 @@ class GputopApp(App[int]):
         self.query_one(ProcessTable).focus()
         self._status()
         self.feed.start(self)
+        if self.feed.live:
+            self.set_interval(FEED_CHECK_S, self.check_feed)
+
+    def check_feed(self) -> None:
+        """Say once, loudly, if the feed's thread died (the screen would silently freeze)."""
+        error = getattr(self.feed, "error", None)
+        if error is not None and not self._feed_failed:
+            self._feed_failed = True
+            self.notify(
+                f"sampling stopped: {error!r}; the screen no longer updates",
+                severity="error",
+                timeout=3600,
+                markup=False,
+            )
 
     def on_unmount(self) -> None:
         self.feed.stop()

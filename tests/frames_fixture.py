@@ -249,6 +249,7 @@ class PushFeed:
     def __init__(self) -> None:
         self.app: Any = None
         self.stopped = False
+        self.error: BaseException | None = None
 
     def start(self, app: Any) -> None:
         self.app = app

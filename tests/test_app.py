@@ -365,6 +365,21 @@ async def test_arrows_move_the_filter_cursor_not_the_replay() -> None:
 
 
 @sync
+async def test_a_dead_sampler_thread_is_reported_once() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.check_feed()
+        assert not app._notifications
+        feed.error = RuntimeError("probe exploded")
+        app.check_feed()
+        app.check_feed()
+        await pilot.pause()
+        messages = [n.message for n in app._notifications]
+        assert len(messages) == 1 and "probe exploded" in messages[0]
+
+
+@sync
 async def test_quit_key_exits() -> None:
     app = replay_app(3)
     async with app.run_test(size=(80, 24)) as pilot:
