@@ -544,6 +544,11 @@ def _starving_fixes(job: Job, host: HostAgg, t: Thresholds) -> tuple[str, ...]:
         )
     else:
         fixes.append("renice background jobs (renice -n 19 -p PID) or move them off this node")
+    fixes.append(
+        "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
+        " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
+        " `systemd-run --scope -p CPUWeight=10`"
+    )
     nworkers = len([w for w in job.workers if w.role == "dataloader"])
     free = _free_cores(host, job.others)
     if nworkers and nworkers + len(job.trainers) > free:
