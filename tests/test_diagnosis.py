@@ -159,7 +159,7 @@ RULES = [
     pytest.param(
         Case(
             Gpu(util=95, sm=15),
-            (trainer(cpu=60.0, off=40.0, runq=8.0), *workers(4, runq=35.0, preempt=210)),
+            (trainer(cpu=70.0, off=30.0, runq=8.0), *workers(4, runq=35.0, preempt=210)),
             BUSY_HOST,
         ),
         "busy_but_starving",
@@ -183,6 +183,20 @@ RULES = [
         ),
         "low_sm_efficiency",
         id="trainer-queues-on-wakeup-but-mostly-waits-for-gpu",
+    ),
+    pytest.param(
+        Case(
+            Gpu(util=89, sm=19),
+            (trainer(cpu=7.0, off=93.0, runq=44.0), *workers(2, runq=20.0)),
+            BUSY_HOST,
+        ),
+        "low_sm_efficiency",
+        id="loaded-host-but-trainer-still-sleeps-half-the-time-on-its-gpu",
+    ),
+    pytest.param(
+        Case(Gpu(util=89, sm=19), (trainer(cpu=10.0, off=90.0, runq=70.0),), BUSY_HOST),
+        "busy_but_starving",
+        id="trainer-sleeps-little-and-queues-a-lot",
     ),
     pytest.param(
         Case(Gpu(util=28, sm=25), (QUIET_TRAINER, *workers(2, cpu=45.0, runq=5.0))),
@@ -430,3 +444,13 @@ def test_bad_thresholds_raise_one_line_usage_error(table: dict[str, object], mes
         Thresholds.from_mapping(table)
     assert message in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_low_sm_efficiency_evidence_clears_the_host_with_numbers() -> None:
+    v = settled(Case(Gpu(util=97, sm=12), (QUIET_TRAINER,)))
+    text = "\n".join(v.evidence)
+    assert (
+        f"the host is not what holds the GPU back: trainer pid {TRAINER} sleeps 89% waiting"
+        " for its GPU and waits for a CPU 3%" in text
+    )
+    assert "SM activity 12% is far below GPU_UTIL 97%" in text

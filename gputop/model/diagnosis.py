@@ -58,6 +58,8 @@ class Thresholds:
     """Trainer main thread or workers waiting for a CPU this % of the time: starved."""
     preempt_high_per_s: float = 50.0
     """DataLoader worker preempted this often per second (per worker, on average): starved."""
+    trainer_critical_sleep_pct: float = 30.0
+    """Trainer sleeping by choice less than this % of the time: the host is its critical path."""
     trainer_wait_pct: float = 50.0
     """Trainer off-CPU but not on a run queue this % of the time: it waits (for data)."""
     worker_busy_pct: float = 30.0
@@ -123,6 +125,7 @@ _PCT_FIELDS = frozenset(
         "sm_low_pct",
         "power_low_pct",
         "runq_high_pct",
+        "trainer_critical_sleep_pct",
         "trainer_wait_pct",
         "worker_busy_pct",
         "cpu_saturated_pct",
@@ -453,9 +456,9 @@ def cpus_saturated(host: HostAgg, t: Thresholds) -> bool:
 def _starvation(job: Job, host: HostAgg, t: Thresholds, secs: str) -> tuple[str, ...]:
     """Evidence that the job's processes are starved of CPU; empty when they are not.
 
-    A trainer that mostly sleeps by choice is waiting for its GPU (or its data),
-    so the host is not on its critical path even if its wake-ups queue a little:
-    it counts as starved only when it waits for a CPU a lot and seldom sleeps.
+    A trainer that often sleeps by choice is waiting for its GPU (or its data),
+    so the host is not on its critical path even if its wake-ups queue: it counts
+    as starved only when it waits for a CPU a lot and seldom sleeps.
     Starved workers are a cause only on saturated CPUs and with such a trainer.
     """
     ev: list[str] = []
@@ -463,7 +466,7 @@ def _starvation(job: Job, host: HostAgg, t: Thresholds, secs: str) -> tuple[str,
     critical = False
     for p in job.trainers:
         blocked = _blocked_pct(p)
-        if blocked is None or blocked >= t.trainer_wait_pct:
+        if blocked is None or blocked >= t.trainer_critical_sleep_pct:
             continue
         critical = True
         if p.runq_pct is not None and p.runq_pct >= t.runq_high_pct:
@@ -566,10 +569,16 @@ def _starving_fixes(job: Job, host: HostAgg, t: Thresholds) -> tuple[str, ...]:
 def _no_host_cause_line(job: Job, host: HostAgg, secs: str) -> str:
     parts = []
     for p in job.trainers[:2]:
-        if p.runq_pct is not None:
-            parts.append(f"trainer pid {p.pid} waits for a CPU only {_f(p.runq_pct)}%")
+        blocked = _blocked_pct(p)
+        if blocked is not None:
+            parts.append(
+                f"trainer pid {p.pid} sleeps {_f(blocked)}% waiting for its GPU"
+                f" and waits for a CPU {_f(p.runq_pct or 0.0)}%"
+            )
     parts.append(f"CPUs {_f(host.cpu_pct)}% busy")
-    return "no host-side cause: " + ", ".join(parts) + f" over the last {secs} s"
+    return (
+        "the host is not what holds the GPU back: " + ", ".join(parts) + f" over the last {secs} s"
+    )
 
 
 def _throttled(gpu: GpuAgg, gpu_line: str, secs: str) -> _Judgement:
