@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputop.model.diagnosis import Diagnoser
+from gputop.model.diagnosis import Diagnoser, Thresholds
 from gputop.sampler import Sampler
 from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
 from gputop.sources.procfs import ProcSource
@@ -18,6 +18,7 @@ class Options:
     no_bpf: bool = False
     demo: str | None = None
     top_n: int = 30
+    thresholds: Thresholds | None = None
 
 
 def gpu_source(opts: Options) -> GpuSource:
@@ -43,7 +44,7 @@ def build_sampler(opts: Options) -> Sampler:
         gpu=gpu_source(opts),
         procs=ProcSource(top_n=opts.top_n),
         probe=None if opts.no_bpf else sched_probe(opts),
-        diagnoser=Diagnoser(),
+        diagnoser=Diagnoser(opts.thresholds),
         interval_s=opts.interval_s,
         notes=notes,
     )

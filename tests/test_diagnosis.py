@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from gputop.errors import UsageError
-from gputop.model.diagnosis import Diagnoser, Thresholds
+from gputop.model.diagnosis import PROBLEM_STATES, Diagnoser, Thresholds
 from gputop.model.frame import Frame, GpuSample, HostSample, ProcessSample, Sources, Verdict
 
 TRAINER = 3821
@@ -262,7 +262,7 @@ def test_rule_gives_expected_state(case: Case, expected: str) -> None:
 def test_every_verdict_has_evidence_and_problems_have_fixes(case: Case, expected: str) -> None:
     v = settled(case)
     assert v.evidence
-    if expected in ("busy_but_starving", "low_sm_efficiency", "input_bound", "throttled"):
+    if expected in PROBLEM_STATES:
         assert v.fixes
 
 
@@ -454,3 +454,14 @@ def test_low_sm_efficiency_evidence_clears_the_host_with_numbers() -> None:
         " for its GPU and waits for a CPU 3%" in text
     )
     assert "SM activity 12% is far below GPU_UTIL 97%" in text
+
+
+def test_build_sampler_diagnoses_with_the_configured_thresholds() -> None:
+    from gputop.runtime import Options, build_sampler
+
+    custom = Thresholds.from_mapping({"sm_low_pct": 30})
+    sampler = build_sampler(Options(thresholds=custom, no_bpf=True))
+    assert isinstance(sampler.diagnoser, Diagnoser)
+    assert sampler.diagnoser.thresholds is custom
+    default = build_sampler(Options(no_bpf=True)).diagnoser
+    assert isinstance(default, Diagnoser) and default.thresholds == Thresholds()
