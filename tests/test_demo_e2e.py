@@ -216,3 +216,21 @@ def test_source_reports_the_workload_trainer_as_the_gpu_process_and_closes_clean
     src.close()
     assert len(tree) >= 4
     assert survivors(tree, 3.0) == []
+
+
+def test_a_dead_workload_is_reported_not_hidden() -> None:
+    src = DemoGpuSource(SCENARIOS["healthy"])
+    src.open()
+    try:
+        (gp,) = src.read().processes
+        tree = descendants(os.getpid())
+        os.kill(gp.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        with pytest.raises(RuntimeError, match="demo workload exited with status 1"):
+            while time.monotonic() < deadline:
+                src.read()
+                time.sleep(0.05)
+        assert src.workload_pid is None
+    finally:
+        src.close()
+    assert survivors(tree, 3.0) == []
