@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from gputop.demo.gpumodel import GpuSpec
 from gputop.demo.progress import Progress, ProgressPage
@@ -111,7 +112,12 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
         rq_r, rq_w = os.pipe()
         dt_r, dt_w = os.pipe()
 
-        def body(rq: int = rq_r, dt: int = dt_w) -> None:
+        def body(
+            rq: int = rq_r, dt: int = dt_w, theirs: tuple[int, ...] = (*req_w, *data_r, rq_w, dt_r)
+        ) -> None:
+            # Drop the other workers' pipe ends so each pipe closes when the trainer dies.
+            for fd in theirs:
+                os.close(fd)
             worker(sc, rq, dt)
 
         _fork(body)
@@ -133,22 +139,22 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             return
         os.write(req_w[w], b"r")
         t0 = time.monotonic_ns()
-        p = _replace(p, data_wait_ns=p.data_wait_ns + t0 - waited, step_t0_ns=t0, step_end_ns=0)
+        p = replace(p, data_wait_ns=p.data_wait_ns + t0 - waited, step_t0_ns=t0, step_end_ns=0)
         page.write(p)
         free_at = p.gpu_free_at_ns
         for _ in range(sc.kernels_per_step):
             burn_cpu(launch_ms)
             free_at = max(time.monotonic_ns(), free_at) + kernel_ns
-            p = _replace(p, sched_compute_ns=p.sched_compute_ns + kernel_ns, gpu_free_at_ns=free_at)
+            p = replace(p, sched_compute_ns=p.sched_compute_ns + kernel_ns, gpu_free_at_ns=free_at)
             page.write(p)
-        p = _replace(p, step_end_ns=free_at)
+        p = replace(p, step_end_ns=free_at)
         page.write(p)
         # torch.cuda.synchronize(): sleep until the modelled GPU finishes the step.
         left = free_at - time.monotonic_ns()
         if left > 0:
             time.sleep(left / 1e9)
         step += 1
-        p = _replace(
+        p = replace(
             p,
             ready=1,
             steps=step,
@@ -157,12 +163,6 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             step_end_ns=0,
         )
         page.write(p)
-
-
-def _replace(p: Progress, **kw: int) -> Progress:
-    d = {name: getattr(p, name) for name in Progress.__dataclass_fields__}
-    d.update(kw)
-    return Progress(**d)
 
 
 # ---- launcher -------------------------------------------------------------------
