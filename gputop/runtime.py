@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gputop.model.diagnosis import Diagnoser, Thresholds
+from gputop.model.diagnosis import Diagnoser
 from gputop.sampler import Sampler
-from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
+from gputop.sources.base import GpuSource, SchedProbe
 from gputop.sources.procfs import ProcSource
 
 
@@ -18,7 +18,6 @@ class Options:
     no_bpf: bool = False
     demo: str | None = None
     top_n: int = 30
-    thresholds: Thresholds | None = None
 
 
 def gpu_source(opts: Options) -> GpuSource:
@@ -27,7 +26,9 @@ def gpu_source(opts: Options) -> GpuSource:
         from gputop.demo import demo_gpu_source
 
         return demo_gpu_source(opts.demo)
-    return NoGpuSource("NVML source not available in this build")
+    from gputop.sources.nvml import NvmlSource
+
+    return NvmlSource()
 
 
 def sched_probe(opts: Options) -> SchedProbe | None:
@@ -44,7 +45,7 @@ def build_sampler(opts: Options) -> Sampler:
         gpu=gpu_source(opts),
         procs=ProcSource(top_n=opts.top_n),
         probe=None if opts.no_bpf else sched_probe(opts),
-        diagnoser=Diagnoser(opts.thresholds),
+        diagnoser=Diagnoser(),
         interval_s=opts.interval_s,
         notes=notes,
     )
