@@ -42,13 +42,30 @@ def record(name: str, interval: float, duration: float) -> list[dict[str, Any]]:
     return [json.loads(line) for line in r.stdout.splitlines()]
 
 
+def summary(frames: list[dict[str, Any]]) -> str:
+    """What each frame saw, for failure messages: verdict, GPU, host, the job, the hogs."""
+    lines = []
+    for f in frames:
+        g = f["gpus"][0] if f["gpus"] else {}
+        job = [
+            (p["comm"], p["cpu_pct"], p["runq_pct"], p["offcpu_pct"])
+            for p in f["processes"]
+            if p["comm"] in ("demo_trainer", "pt_data_worker", "cpu_hog", "gputop-demo")
+        ]
+        lines.append(
+            f"{f['verdicts'][0]['state'] if f['verdicts'] else None} util={g.get('util')}"
+            f" sm={g.get('sm_active')} host={f['host']['cpu_pct']}/{f['host']['ncpu']} {job}"
+        )
+    return "\n".join(lines)
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
     expected = SCENARIOS[name].expect
     frames = record(name, interval=0.5, duration=3.5)
     states = [f["verdicts"][0]["state"] for f in frames]
-    assert expected in states[:TICKS_TO_VERDICT], states
-    assert states[-1] == expected, states
+    assert expected in states[:TICKS_TO_VERDICT], summary(frames)
+    assert states[-1] == expected, summary(frames)
     last = frames[-1]
     assert last["sources"]["gpu"] == "demo"
     (trainer,) = [p for p in last["processes"] if p["role"] == "trainer" and p["gpus"] == [0]]

@@ -218,6 +218,11 @@ RULES = [
         id="no-workers-trainer-loads-data-itself",
     ),
     pytest.param(
+        Case(Gpu(util=45, sm=38), (STARVED_TRAINER, *workers(4, runq=20.0)), BUSY_HOST),
+        "input_bound",
+        id="low-util-trainer-starved-of-cpu",
+    ),
+    pytest.param(
         Case(Gpu(util=98, sm=88, power_w=699, throttle=("sw_power_cap",)), (QUIET_TRAINER,)),
         "throttled",
         id="busy-with-power-cap",
@@ -467,3 +472,21 @@ def test_every_command_diagnoses_and_the_tui_config_reaches_the_thresholds() -> 
     assert (custom.thresholds.sm_low_pct, custom.thresholds.window_s) == (30.0, 5.0)
     with pytest.raises(UsageError, match="unknown threshold"):
         configured_diagnoser({"starving_offcpu_pct": 40})
+
+
+def test_a_gpu_its_starved_host_cannot_feed_is_input_bound_with_the_starving_evidence() -> None:
+    case = Case(Gpu(util=45, sm=38), (STARVED_TRAINER, *workers(4, runq=20.0), *HOGS), BUSY_HOST)
+    v = settled(case)
+    text = "\n".join(v.evidence)
+    assert "the host cannot feed the GPU" in text
+    assert f"trainer pid {TRAINER} off-CPU 70% of the last 4 s, 52% waiting for a CPU" in text
+    assert any("taskset" in f for f in v.fixes) and any(
+        "renice -n 19 -p 900 901" in f for f in v.fixes
+    )
+
+
+def test_a_processs_first_sighting_without_rates_does_not_dilute_its_averages() -> None:
+    fresh = Case(Gpu(util=28, sm=25), (QUIET_TRAINER, *workers(2, cpu=0.0, off=None, runq=None)))
+    busy = Case(Gpu(util=28, sm=25), (QUIET_TRAINER, *workers(2, cpu=45.0, runq=5.0)))
+    states = [v[0].state for v in run([fresh, busy, busy])]
+    assert states == ["unknown", "unknown", "input_bound"]

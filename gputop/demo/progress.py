@@ -18,7 +18,6 @@ _FIELDS = (
     "steps",
     "busy_done_ns",
     "step_t0_ns",
-    "step_end_ns",
     "sched_compute_ns",
     "gpu_free_at_ns",
     "data_wait_ns",
@@ -35,11 +34,9 @@ class Progress:
     trainer_pid: int = 0
     steps: int = 0
     busy_done_ns: int = 0
-    """Kernel-queued time of finished steps."""
+    """Kernel-queued time of finished steps (first launch until the trainer saw the end)."""
     step_t0_ns: int = 0
     """When the running step queued its first kernel; 0 between steps."""
-    step_end_ns: int = 0
-    """When the running step's last kernel finishes; 0 while still launching."""
     sched_compute_ns: int = 0
     """Compute time of every kernel launched so far (finished or queued)."""
     gpu_free_at_ns: int = 0
@@ -51,8 +48,7 @@ class Progress:
         """Kernel-queued time up to ``now_ns``."""
         if not self.step_t0_ns:
             return self.busy_done_ns
-        end = now_ns if not self.step_end_ns else min(now_ns, self.step_end_ns)
-        return self.busy_done_ns + max(0, end - self.step_t0_ns)
+        return self.busy_done_ns + max(0, now_ns - self.step_t0_ns)
 
     def compute_ns(self, now_ns: int) -> int:
         """Kernel compute time done by ``now_ns``.

@@ -139,7 +139,7 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             return
         os.write(req_w[w], b"r")
         t0 = time.monotonic_ns()
-        p = replace(p, data_wait_ns=p.data_wait_ns + t0 - waited, step_t0_ns=t0, step_end_ns=0)
+        p = replace(p, data_wait_ns=p.data_wait_ns + t0 - waited, step_t0_ns=t0)
         page.write(p)
         free_at = p.gpu_free_at_ns
         for _ in range(sc.kernels_per_step):
@@ -147,9 +147,8 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             free_at = max(time.monotonic_ns(), free_at) + kernel_ns
             p = replace(p, sched_compute_ns=p.sched_compute_ns + kernel_ns, gpu_free_at_ns=free_at)
             page.write(p)
-        p = replace(p, step_end_ns=free_at)
-        page.write(p)
-        # torch.cuda.synchronize(): sleep until the modelled GPU finishes the step.
+        # torch.cuda.synchronize(): sleep until the modelled GPU finishes the step. The
+        # step's kernels stay queued until the trainer is back on a CPU to see that.
         left = free_at - time.monotonic_ns()
         if left > 0:
             time.sleep(left / 1e9)
@@ -158,9 +157,8 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             p,
             ready=1,
             steps=step,
-            busy_done_ns=p.busy_done_ns + free_at - t0,
+            busy_done_ns=p.busy_done_ns + time.monotonic_ns() - t0,
             step_t0_ns=0,
-            step_end_ns=0,
         )
         page.write(p)
 

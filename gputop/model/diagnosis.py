@@ -245,14 +245,16 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
         for p in f.processes:
             seen.setdefault(p.pid, []).append(p)
     out: dict[int, ProcAgg] = {}
-    for pid, ps in seen.items():
-        last = ps[-1]
+    for pid, ps_all in seen.items():
+        last = ps_all[-1]
+        # A process's first sighting has no rates yet (its CPU share reads 0): leave it out.
+        ps = [p for p in ps_all if p.offcpu_pct is not None] or ps_all
         out[pid] = ProcAgg(
             pid=pid,
             comm=last.comm,
             role=last.role,
             trainer_pid=last.trainer_pid,
-            gpus=tuple(sorted({g for p in ps for g in p.gpus})),
+            gpus=tuple(sorted({g for p in ps_all for g in p.gpus})),
             cpu_pct=sum(p.cpu_pct for p in ps) / len(ps),
             offcpu_pct=_mean(p.offcpu_pct for p in ps),
             runq_pct=_mean(p.runq_pct for p in ps),
@@ -608,7 +610,12 @@ def _throttled(gpu: GpuAgg, gpu_line: str, secs: str) -> _Judgement:
 def _input_bound(
     gpu: GpuAgg, host: HostAgg, job: Job, t: Thresholds, secs: str
 ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """Evidence and fixes when the GPU waits for input batches; None when it does not."""
+    """Evidence and fixes when the GPU waits for its host; None when it does not.
+
+    The host feeds a GPU batches (DataLoader workers) and kernel launches (the
+    trainer): a GPU that is not busy is input-bound when its trainer waits on
+    busy or starved workers, loads data itself, or is starved of CPU.
+    """
     waiting = [
         p
         for p in job.trainers
@@ -617,41 +624,10 @@ def _input_bound(
     wk = _workers_summary(job.workers)
     free = _free_cores(host, job.others)
     if waiting and wk is not None:
-        n, runq, preempt, cpu = wk
+        _n, runq, _preempt, cpu = wk
         workers_starved = runq is not None and runq >= t.runq_high_pct
-        if cpu < t.worker_busy_pct and not workers_starved:
-            return None
-        p = waiting[0]
-        ev = [
-            f"trainer pid {p.pid} off-CPU {_f(p.offcpu_pct or 0)}% of the last {secs} s but waiting"
-            f" for a CPU only {_f(p.runq_pct or 0)}%: it waits on its DataLoader",
-            f"{n} DataLoader workers at {_f(cpu)}% CPU each"
-            + ("" if runq is None else f", waiting for a CPU {_f(runq)}%")
-            + f", preempted {_f(preempt)}/s",
-        ]
-        fixes: list[str] = []
-        if workers_starved:
-            ev.append(_host_line(host))
-            fixes.append(
-                "the workers wait for CPUs: renice background jobs or pin the job to its own cores"
-            )
-        if n < free - len(job.trainers):
-            fixes.append(
-                f"raise num_workers from {n} toward {free - len(job.trainers)}"
-                f" ({free} free cores minus the trainer)"
-            )
-        else:
-            fixes.append(
-                f"num_workers={n} already uses the {free} free core(s): make each batch cheaper"
-            )
-        fixes.extend(
-            (
-                "cheaper batches: decode/augment on the GPU (DALI, torchvision.transforms.v2 on"
-                " CUDA tensors) or preprocess offline",
-                "DataLoader(..., persistent_workers=True, pin_memory=True, prefetch_factor=4)",
-            )
-        )
-        return tuple(ev), tuple(fixes)
+        if cpu >= t.worker_busy_pct or workers_starved:
+            return _waits_on_workers(waiting[0], wk, workers_starved, host, job, free, secs)
     if not job.workers:
         loading = [p for p in job.trainers if p.cpu_pct >= t.trainer_busy_pct]
         if loading:
@@ -666,7 +642,56 @@ def _input_bound(
                     "DataLoader(..., persistent_workers=True, pin_memory=True)",
                 ),
             )
+    starved = _starvation(job, host, t, secs)
+    if starved:
+        return (
+            ("the host cannot feed the GPU: its job is starved of CPU", *starved),
+            _starving_fixes(job, host, t),
+        )
     return None
+
+
+def _waits_on_workers(
+    p: ProcAgg,
+    wk: tuple[int, float | None, float, float],
+    workers_starved: bool,
+    host: HostAgg,
+    job: Job,
+    free: int,
+    secs: str,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Evidence and fixes for a trainer waiting on its DataLoader workers."""
+    n, runq, preempt, cpu = wk
+    ev = [
+        f"trainer pid {p.pid} off-CPU {_f(p.offcpu_pct or 0)}% of the last {secs} s but waiting"
+        f" for a CPU only {_f(p.runq_pct or 0)}%: it waits on its DataLoader",
+        f"{n} DataLoader workers at {_f(cpu)}% CPU each"
+        + ("" if runq is None else f", waiting for a CPU {_f(runq)}%")
+        + f", preempted {_f(preempt)}/s",
+    ]
+    fixes: list[str] = []
+    if workers_starved:
+        ev.append(_host_line(host))
+        fixes.append(
+            "the workers wait for CPUs: renice background jobs or pin the job to its own cores"
+        )
+    if n < free - len(job.trainers):
+        fixes.append(
+            f"raise num_workers from {n} toward {free - len(job.trainers)}"
+            f" ({free} free cores minus the trainer)"
+        )
+    else:
+        fixes.append(
+            f"num_workers={n} already uses the {free} free core(s): make each batch cheaper"
+        )
+    fixes.extend(
+        (
+            "cheaper batches: decode/augment on the GPU (DALI, torchvision.transforms.v2 on"
+            " CUDA tensors) or preprocess offline",
+            "DataLoader(..., persistent_workers=True, pin_memory=True, prefetch_factor=4)",
+        )
+    )
+    return tuple(ev), tuple(fixes)
 
 
 # ---- the stateful diagnoser ------------------------------------------------------
