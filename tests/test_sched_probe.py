@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gputop.sampler import Sampler
 from gputop.sources.base import ProbeReading, TaskSched
 from gputop.sources.bcc_loader import find_bcc
 from gputop.sources.sched_probe import BpfSchedProbe
@@ -256,6 +257,30 @@ def test_maps_stay_bounded_and_report_no_errors_under_normal_load(probe: BpfSche
     assert len(threads) <= probe.max_threads and len(groups) <= probe.max_tgids
     assert r.map_errors == 0
     assert probe.status.live and probe.status.reason is None
+
+
+def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
+    # Room for 4 threads on a machine with hundreds: most inserts must fail.
+    small = BpfSchedProbe(max_threads=4, max_tgids=2)
+    sampler = Sampler(probe=small, interval_s=0.2)
+    try:
+        small.open()
+        assert small.wait_attached(120), small.status
+        small.read()
+        time.sleep(0.3)
+        r = small.read()
+        assert r is not None
+        assert r.map_errors > 0
+        threads, groups = small.map_keys()
+        assert len(threads) <= 4 and len(groups) <= 2
+        assert small.status.live
+        assert "failed map updates" in (small.status.reason or "")
+        assert "thread map full" in (small.status.reason or "")
+        frame = sampler.tick()
+        assert frame.sources.sched == "bpf"
+        assert any("failed map updates" in n for n in frame.sources.notes)
+    finally:
+        sampler.close()
 
 
 def test_close_during_compile_leaves_nothing_attached(probe: BpfSchedProbe):
