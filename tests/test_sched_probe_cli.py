@@ -94,11 +94,48 @@ def test_without_bcc_installed_falls_back_to_procfs_with_the_fix():
     bcc_dir = os.path.join(DISTRO_DIRS[0], "bcc")
     if not os.path.isdir(bcc_dir):
         pytest.skip("bcc is not installed here at all")
-    script = f"mount -t tmpfs none {bcc_dir} && exec " + " ".join(
+    frames = _record_hiding(bcc_dir)
+    _procfs_with_note(frames, "bcc", "not installed", "python3-bpfcc")
+
+
+def _record_hiding(*paths: str) -> list[dict[str, Any]]:
+    """`gputop record` in a private mount namespace where these directories are empty."""
+    mounts = " && ".join(f"mount -t tmpfs none {p}" for p in paths)
+    script = f"{mounts} && exec " + " ".join(
         _cmd("record", "--duration", "1.5", "--interval", "0.5")
     )
-    frames = _record(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
-    _procfs_with_note(frames, "bcc", "not installed", "python3-bpfcc")
+    return _record(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_kernel_headers_falls_back_to_procfs_with_the_fix():
+    frames = _record_hiding("/lib/modules")
+    _procfs_with_note(frames, "no kernel headers", "linux-headers-")
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_tracefs_falls_back_to_procfs_with_the_fix():
+    hide = [d for d in ("/sys/kernel/tracing", "/sys/kernel/debug") if os.path.isdir(d)]
+    frames = _record_hiding(*hide)
+    _procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
+
+
+@pytest.mark.root
+@needs_root_bcc
+def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
+    # Point bcc at a kernel tree that has only kconfig.h: it passes the headers
+    # check, and the compile itself then fails (nothing may reach stdout).
+    (tmp_path / "include" / "linux").mkdir(parents=True)
+    (tmp_path / "include" / "linux" / "kconfig.h").write_text("#error not a kernel tree\n")
+    frames = _record(
+        _cmd("record", "--duration", "1.5", "--interval", "0.5"),
+        env=_env(BCC_KERNEL_SOURCE=str(tmp_path)),
+    )
+    _procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
 
 
 def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 
-from gputop.sources.sched_probe import bpf_source_path, has_bpf_capabilities, state_masks
+from gputop.sources.sched_probe import (
+    bpf_source_path,
+    has_bpf_capabilities,
+    kernel_headers_present,
+    state_masks,
+)
 
 # sched_switch's print format as kernel 6.18 writes it (TASK_REPORT_MAX = 0x100).
 FMT_6_18 = (
@@ -81,3 +86,14 @@ def test_the_bpf_program_is_found_from_the_source_tree():
         src = f.read()
     assert "TRACEPOINT_PROBE(sched, sched_switch)" in src
     assert "TRACEPOINT_PROBE(sched, sched_process_exit)" in src
+
+
+def test_headers_check_matches_bccs_own_kconfig_test(tmp_path, monkeypatch):
+    monkeypatch.setenv("BCC_KERNEL_SOURCE", str(tmp_path))
+    (tmp_path / "include").mkdir()
+    if not os.path.exists("/sys/kernel/kheaders.tar.xz"):
+        # An include/ without linux/kconfig.h is what bcc rejects (printing to stdout).
+        assert not kernel_headers_present("any")
+    (tmp_path / "include" / "linux").mkdir()
+    (tmp_path / "include" / "linux" / "kconfig.h").write_text("")
+    assert kernel_headers_present("any")

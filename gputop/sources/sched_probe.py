@@ -83,15 +83,19 @@ def has_bpf_capabilities(status_text: str) -> bool:
 
 
 def kernel_headers_present(release: str) -> bool:
-    """Whether bcc will find headers to compile against (any of the places it looks)."""
-    if os.environ.get("BCC_KERNEL_SOURCE"):
-        return True
+    """Whether bcc will find headers to compile against, by bcc's own test.
+
+    bcc looks for ``include/linux/kconfig.h`` under ``$BCC_KERNEL_SOURCE`` or
+    ``/lib/modules/RELEASE/{build,source}``, then for the kernel's built-in
+    ``kheaders``. When it finds none its C library prints to stdout, which would
+    corrupt ``gputop record -o -``; so this check must be at least as strict.
+    """
+    src = os.environ.get("BCC_KERNEL_SOURCE")
     mod = f"/lib/modules/{release}"
-    return (
-        os.path.isdir(f"{mod}/build/include")
-        or os.path.isdir(f"{mod}/source/include")
-        or os.path.exists("/sys/kernel/kheaders.tar.xz")
-    )
+    roots = [src] if src else [f"{mod}/build", f"{mod}/source"]
+    if any(os.path.isfile(f"{r}/include/linux/kconfig.h") for r in roots):
+        return True
+    return os.path.exists("/sys/kernel/kheaders.tar.xz")
 
 
 def _read_text(path: str) -> str | None:
