@@ -198,7 +198,8 @@ def _prog_ids(pid: int) -> set[int]:
 @pytest.mark.root
 @needs_root_bcc
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="bpf syscall number is x86_64's")
-def test_sigterm_detaches_the_probe_and_exits_cleanly():
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_detaches_the_probe_and_exits_cleanly(sig: signal.Signals):
     p = subprocess.Popen(
         _cmd("record", "--interval", "0.3"),
         stdout=subprocess.PIPE,
@@ -222,12 +223,12 @@ def test_sigterm_detaches_the_probe_and_exits_cleanly():
         ids = _prog_ids(p.pid)
         assert ids, "a live probe holds its programs"
         assert all(_prog_exists(i) for i in ids)
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(sig)
         _, err = p.communicate(timeout=30)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode == 128 + signal.SIGTERM, err
+    assert p.returncode == 128 + sig, err
     assert "Traceback" not in err, err
     assert not any(_prog_exists(i) for i in ids)
