@@ -259,6 +259,24 @@ def test_maps_stay_bounded_and_report_no_errors_under_normal_load(probe: BpfSche
     assert probe.status.live and probe.status.reason is None
 
 
+def test_sweep_frees_entries_of_tasks_that_are_gone(probe: BpfSchedProbe):
+    # Entries for a task id that does not exist stand in for ones whose exit the
+    # kernel side missed; the user-space sweep is the backstop that frees them.
+    with open("/proc/sys/kernel/pid_max") as f:
+        ghost = int(f.read()) - 1
+    assert not os.path.exists(f"/proc/{ghost}")
+    bpf = probe._bpf
+    for name in (b"threads", b"groups"):
+        table = bpf[name]
+        table[table.Key(ghost)] = table.Leaf()
+    threads, groups = probe.map_keys()
+    assert ghost in threads and ghost in groups
+    live = os.getpid()
+    assert probe.sweep([ghost, live], [ghost]) == 2
+    threads, groups = probe.map_keys()
+    assert ghost not in threads and ghost not in groups
+
+
 def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
     # Room for 4 threads on a machine with hundreds: most inserts must fail.
     small = BpfSchedProbe(max_threads=4, max_tgids=2)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 from gputop.sources.sched_probe import (
+    Unavailable,
     bpf_source_path,
     has_bpf_capabilities,
     kernel_headers_present,
+    preflight,
     state_masks,
 )
 
@@ -97,3 +99,13 @@ def test_headers_check_matches_bccs_own_kconfig_test(tmp_path, monkeypatch):
     (tmp_path / "include" / "linux").mkdir()
     (tmp_path / "include" / "linux" / "kconfig.h").write_text("")
     assert kernel_headers_present("any")
+
+
+def test_preflight_names_a_reason_and_fix_or_gives_bcc_and_masks():
+    got = preflight()
+    if isinstance(got, Unavailable):
+        assert got.reason
+    else:
+        bcc, (not_runnable, dead) = got
+        assert hasattr(bcc, "BPF")
+        assert not_runnable & 0x3 == 0x3 and dead

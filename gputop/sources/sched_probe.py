@@ -106,6 +106,52 @@ def _read_text(path: str) -> str | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Why the probe cannot run here, and the fix (None when there is no simple one)."""
+
+    reason: str
+    fix: str | None
+
+
+def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavailable:
+    """Everything the probe needs before compiling, checked in order.
+
+    Returns (the bcc module, prev_state masks) or why not. Cheap and side-effect
+    free apart from importing bcc, so ``gputop doctor`` can call it too.
+    """
+    status_text = _read_text(f"{proc_root}/self/status") or ""
+    if not has_bpf_capabilities(status_text):
+        return Unavailable(
+            "needs root (or CAP_BPF + CAP_PERFMON)",
+            "run gputop with sudo (or give it CAP_BPF, CAP_PERFMON and read access to tracefs)",
+        )
+    bcc, why = find_bcc()
+    if bcc is None:
+        # find_bcc's reason already names the package to install.
+        return Unavailable(str(why), None)
+    fmt = None
+    for d in TRACEFS_DIRS:
+        fmt = _read_text(f"{d}/events/sched/sched_switch/format")
+        if fmt is not None:
+            break
+    if fmt is None:
+        return Unavailable(
+            "tracefs is not mounted (no sched_switch format)",
+            "mount -t tracefs nodev /sys/kernel/tracing",
+        )
+    masks = state_masks(fmt)
+    if masks is None:
+        return Unavailable("cannot read prev_state flags from sched_switch's format", None)
+    release = os.uname().release
+    if not kernel_headers_present(release):
+        return Unavailable(
+            f"no kernel headers for {release}",
+            f"apt-get install linux-headers-{release} (or set BCC_KERNEL_SOURCE)",
+        )
+    return bcc, masks
+
+
 @dataclass(slots=True)
 class _Cum:
     """One thread's or group's running totals, as last credited."""
@@ -235,40 +281,11 @@ class BpfSchedProbe:
 
     def _load(self) -> None:
         started = time.monotonic()
-        status_text = _read_text(f"{self.proc_root}/self/status") or ""
-        if not has_bpf_capabilities(status_text):
-            self._fail(
-                "needs root (or CAP_BPF + CAP_PERFMON)",
-                "run gputop with sudo (or give it CAP_BPF, CAP_PERFMON and read access to tracefs)",
-            )
+        pre = preflight(self.proc_root)
+        if isinstance(pre, Unavailable):
+            self._fail(pre.reason, pre.fix)
             return
-        bcc, why = find_bcc()
-        if bcc is None:
-            # find_bcc's reason already names the package to install.
-            self._fail(str(why), None)
-            return
-        fmt = None
-        for d in TRACEFS_DIRS:
-            fmt = _read_text(f"{d}/events/sched/sched_switch/format")
-            if fmt is not None:
-                break
-        if fmt is None:
-            self._fail(
-                "tracefs is not mounted (no sched_switch format)",
-                "mount -t tracefs nodev /sys/kernel/tracing",
-            )
-            return
-        masks = state_masks(fmt)
-        if masks is None:
-            self._fail("cannot read prev_state flags from sched_switch's format", None)
-            return
-        release = os.uname().release
-        if not kernel_headers_present(release):
-            self._fail(
-                f"no kernel headers for {release}",
-                f"apt-get install linux-headers-{release} (or set BCC_KERNEL_SOURCE)",
-            )
-            return
+        bcc, masks = pre
         cflags = [
             f"-DMAX_THREADS={self.max_threads}",
             f"-DMAX_TGIDS={self.max_tgids}",
