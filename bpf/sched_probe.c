@@ -166,9 +166,9 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                 if (t->in_ts != 0 && now > t->in_ts) {
                     t->oncpu_ns += now - t->in_ts;
                 } else if (t->out_ts != 0) {
-                    // Its switch-in was not delivered to us (the kernel skips a
-                    // few, mostly out of idle). A woken thread ran from about
-                    // its wakeup; otherwise the stretch's end is unknown.
+                    // Its switch-in never reached us (about 1% of switches do
+                    // not; docs/ebpf.md). A woken thread was blocked until its
+                    // wakeup; the rest of the stretch is unknown.
                     t->missed += 1;
                     if (!t->runnable && t->wake_ts > t->out_ts && t->wake_ts <= now)
                         t->blocked_ns += t->wake_ts - t->out_ts;
