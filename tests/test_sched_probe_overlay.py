@@ -24,6 +24,7 @@ def _two_ticks(tree: FakeProcTree, probe: ProbeReading) -> dict[int, object]:
     # /proc says: main thread 90% on CPU, 5% run-queue wait.
     main.oncpu_ns, main.run_delay_ns = 900 * MS, 50 * MS
     main.vol, main.invol = 12, 6
+    p.ticks = os.sysconf("SC_CLK_TCK")  # busy, so it is among the processes shown
     worker.oncpu_ns = 1000 * MS
     tree.write(p)
     return {s.pid: s for s in src.read(now=11.0, probe=probe).processes}
