@@ -15,6 +15,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
   bash scripts/link-kernel-headers.sh
+  bash scripts/mount-tracefs.sh
 fi
 
 py=${PYTHON:-python3}
