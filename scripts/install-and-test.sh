@@ -22,7 +22,7 @@ py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch]' \
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch,pyspy]' \
   2>pip-install.log || { cat pip-install.log >&2; exit 1; }
 
 .venv/bin/python -m pytest "$@"
