@@ -7,6 +7,11 @@ never zero.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -153,6 +158,15 @@ class ProcessSample:
         """PIDs are reused: a process is (pid, start time)."""
         return (self.pid, self.start_time)
 
+    @classmethod
+    def from_dict(cls, d: Any) -> ProcessSample:
+        """Rebuild a process, threads included, from its JSON object; ValueError on bad input."""
+        try:
+            built: ProcessSample = _build(cls, d)
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed process: {exc}") from None
+        return built
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -208,30 +222,39 @@ class Frame:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Frame:
-        """Rebuild a frame from its JSON object; raises ValueError on bad input."""
+        """Rebuild a frame from its JSON object; raises ValueError on bad input.
+
+        Every field is checked against its annotation (numbers are finite numbers,
+        strings are strings, lists are lists), so a frame read from an untrusted
+        file can be rendered without surprises.
+        """
         try:
+            if not isinstance(d, dict):
+                raise TypeError("a frame must be an object")
             src = d["sources"]
+            if not isinstance(src, dict):
+                raise TypeError("sources must be an object")
             return cls(
-                t=float(d["t"]),
-                interval=float(d["interval"]),
-                seq=int(d.get("seq", 0)),
-                sampler_cpu_pct=_opt_float(d.get("sampler_cpu_pct")),
+                t=_check_value("Frame.t", float, d["t"]),
+                interval=_check_value("Frame.interval", float, d["interval"]),
+                seq=_check_value("Frame.seq", int, d.get("seq", 0)),
+                sampler_cpu_pct=_check_value(
+                    "Frame.sampler_cpu_pct", float | None, d.get("sampler_cpu_pct")
+                ),
                 sources=Sources(
-                    gpu=str(src["gpu"]),
-                    sched=str(src["sched"]),
-                    notes=tuple(str(n) for n in src.get("notes", ())),
+                    gpu=_check_value("sources.gpu", str, src["gpu"]),
+                    sched=_check_value("sources.sched", str, src["sched"]),
+                    notes=_check_value("sources.notes", tuple[str, ...], src.get("notes", [])),
                 ),
                 host=_build(HostSample, d["host"]),
-                gpus=tuple(_build(GpuSample, g) for g in d.get("gpus", ())),
-                processes=tuple(_build_process(p) for p in d.get("processes", ())),
-                verdicts=tuple(_build(Verdict, v) for v in d.get("verdicts", ())),
+                gpus=tuple(_build(GpuSample, g) for g in _list(d, "gpus")),
+                processes=tuple(_build(ProcessSample, p) for p in _list(d, "processes")),
+                verdicts=tuple(_build(Verdict, v) for v in _list(d, "verdicts")),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"malformed frame: {exc!r}") from None
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
+        except KeyError as exc:
+            raise ValueError(f"malformed frame: missing field {exc}") from None
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed frame: {exc}") from None
 
 
 def _plain(obj: Any) -> dict[str, Any]:
@@ -251,31 +274,77 @@ def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
     return d
 
 
-_TUPLE_FIELDS = {"throttle", "per_cpu_pct", "evidence", "fixes", "gpus", "offcpu_hist"}
+# Fields whose value must be one of a fixed set (CONTRACT.md section 2).
+_ENUMS: dict[str, tuple[str, ...]] = {
+    "ProcessSample.role": ROLES,
+    "Verdict.state": VERDICT_STATES,
+}
 
 
-def _build(cls: Any, d: dict[str, Any]) -> Any:
+def _list(d: dict[str, Any], key: str) -> list[Any]:
+    v = d.get(key, [])
+    if not isinstance(v, list):
+        raise TypeError(f"{key} must be a list")
+    return v
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _check_value(where: str, tp: Any, v: Any) -> Any:
+    """``v`` converted to the annotated type ``tp``; TypeError/ValueError when it is not one."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(tp)
+        if v is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return v
+        return _check_value(where, rest[0], v)
+    if tp is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{where} must be a number, got {type(v).__name__}")
+        if not math.isfinite(v):
+            raise ValueError(f"{where} must be a finite number")
+        return float(v)
+    if tp is int:
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            return int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{where} must be a whole number, got {type(v).__name__}")
+        return v
+    if tp is str or tp is bool:
+        if type(v) is not tp:
+            raise TypeError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
+        return v
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            return v
+        if not isinstance(v, (list, tuple)):
+            raise TypeError(f"{where} must be a list, got {type(v).__name__}")
+        return tuple(_check_value(f"{where}[]", args[0], item) for item in v)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, v)
+    # An annotation this checker does not know (a field added later): passed through.
+    return v
+
+
+def _build(cls: Any, d: Any) -> Any:
     if not isinstance(d, dict):
-        raise TypeError(f"{cls.__name__} must be an object")
-    names = {f.name for f in fields(cls)}
-    kw = {}
-    for k, v in d.items():
-        if k not in names:
+        raise TypeError(f"{cls.__name__} must be an object, got {type(d).__name__}")
+    hints = _hints(cls)
+    kw: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in d:
             continue
-        if k in _TUPLE_FIELDS and v is not None:
-            if not isinstance(v, list):
-                raise TypeError(f"{cls.__name__}.{k} must be a list")
-            v = tuple(v)
-        kw[k] = v
+        where = f"{cls.__name__}.{f.name}"
+        v = _check_value(where, hints[f.name], d[f.name])
+        allowed = _ENUMS.get(where)
+        if allowed is not None and v not in allowed:
+            raise ValueError(f"{where} must be one of {', '.join(allowed)}, got {v!r}")
+        kw[f.name] = v
     return cls(**kw)
-
-
-def _build_process(d: dict[str, Any]) -> ProcessSample:
-    d = dict(d)
-    threads = d.pop("threads", None) or ()
-    p: ProcessSample = _build(ProcessSample, d)
-    if threads:
-        from dataclasses import replace
-
-        p = replace(p, threads=tuple(_build(ThreadSample, t) for t in threads))
-    return p
