@@ -190,9 +190,11 @@ def _trainer_torch(frames: Sequence[Frame], proc_root: str = "/proc") -> list[di
 
 
 def _jsonable(obj: Any) -> Any:
-    """Plain JSON values; non-finite floats become None ("cannot report")."""
+    """Plain JSON values; non-finite floats become None ("cannot report"), long strings cut."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return obj if len(obj) <= MAX_STRING_CHARS else obj[:MAX_STRING_CHARS]
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -225,24 +227,37 @@ class _Redactor:
             p["cmdline"] = self.text(p["cmdline"])
 
 
-def bundle_dict(
-    frames: Sequence[Frame], meta: Mapping[str, Any], redact: bool, screenshot: str | None = None
-) -> dict[str, Any]:
-    """The bundle's JSON object (docs/snapshot.md), newest ``MAX_FRAMES`` frames."""
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, allow_nan=False, separators=(",", ":"))
+
+
+def encode_bundle(
+    frames: Sequence[Frame],
+    meta: Mapping[str, Any],
+    redact: bool,
+    screenshot: str | None = None,
+    *,
+    max_bytes: int = MAX_BYTES,
+) -> bytes:
+    """The bundle's JSON text (docs/snapshot.md).
+
+    The newest frames are kept, as many as fit both ``MAX_FRAMES`` and (with the
+    process table and the facts) ``max_bytes``, so every bundle written can be
+    loaded; ``window.dropped_frames`` counts the rest.
+    """
     if not frames:
         raise UsageError("nothing to snapshot: no frames were sampled")
-    kept = list(frames[-MAX_FRAMES:])
+    recent = list(frames[-MAX_FRAMES:])
+    last = recent[-1]
     meta_out = dict(meta)
     if "torch" not in meta_out:
-        meta_out["torch"] = _trainer_torch(kept)
-    frame_dicts = [f.to_dict() for f in kept]
-    table = kept[-1].to_dict(threads=True)["processes"]
+        meta_out["torch"] = _trainer_torch(recent)
+    r = _Redactor()
+    table = last.to_dict(threads=True)["processes"]
     if redact:
-        r = _Redactor()
-        frame_dicts = [r.frame(d) for d in frame_dicts]
         r.processes(table)
-    last = frame_dicts[-1]
-    doc: dict[str, Any] = _jsonable(
+    last_dict = r.frame(last.to_dict()) if redact else last.to_dict()
+    head: dict[str, Any] = _jsonable(
         {
             "schema": SCHEMA,
             "created_t": round(time.time(), 3),
@@ -250,18 +265,38 @@ def bundle_dict(
             "redacted": redact,
             "screenshot": screenshot,
             "meta": meta_out,
-            "window": {
-                "start_t": frame_dicts[0]["t"],
-                "end_t": last["t"],
-                "frames": len(frame_dicts),
-                "dropped_frames": len(frames) - len(kept),
-            },
-            "frames": frame_dicts,
+            "window": {},
             "processes": table,
-            "verdicts": last["verdicts"],
+            "verdicts": last_dict["verdicts"],
         }
     )
-    return doc
+    try:
+        _check_shape(head)
+    except ValueError as exc:
+        raise UsageError(f"cannot snapshot: {_one_line(exc)}") from None
+    # Frames are encoded one by one, newest first, until the size budget is spent.
+    budget = max_bytes - len(_dumps(head)) - 4096
+    encoded: list[str] = []
+    for f in reversed(recent):
+        d = f.to_dict()
+        text = _dumps(_jsonable(r.frame(d) if redact else d))
+        budget -= len(text.encode("utf-8")) + 1
+        if budget < 0:
+            break
+        encoded.append(text)
+    if not encoded:
+        raise UsageError(f"cannot snapshot: the process table alone exceeds {_size(max_bytes)}")
+    encoded.reverse()
+    kept = recent[len(recent) - len(encoded) :]
+    head["window"] = {
+        "start_t": round(kept[0].t, 3),
+        "end_t": round(kept[-1].t, 3),
+        "frames": len(kept),
+        "dropped_frames": len(frames) - len(kept),
+    }
+    # The frames list goes last, spliced in as already-encoded text.
+    text = _dumps(head)[:-1] + ',"frames":[' + ",".join(encoded) + "]}"
+    return text.encode("utf-8")
 
 
 def _safe_host() -> str:
@@ -356,8 +391,7 @@ def write_bundle(
             name = _free_name(dfd, f"gputop-{_safe_host()}-{stamp}", ".json")
         stem = name[:-5] if name.endswith(".json") else name
         svg_name = f"{stem}.svg" if svg is not None else None
-        doc = bundle_dict(frames, meta, redact, svg_name)
-        data = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        data = encode_bundle(frames, meta, redact, svg_name)
         shown = os.path.join(directory, name)
         try:
             if svg is not None and svg_name is not None:
@@ -422,7 +456,13 @@ def _check_shape(obj: Any, depth: int = 0) -> int:
     return 1
 
 
-def _read_capped(path: str) -> bytes:
+def _size(n: int) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{n / 2**10:.0f} KiB"
+
+
+def _read_capped(path: str, max_bytes: int) -> bytes:
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -432,21 +472,20 @@ def _read_capped(path: str) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UsageError(f"{path} is not a regular file")
-        if st.st_size > MAX_BYTES:
+        if st.st_size > max_bytes:
             raise UsageError(
-                f"{path} is {st.st_size / 2**20:.0f} MiB; snapshots are limited to "
-                f"{MAX_BYTES // 2**20} MiB"
+                f"{path} is {_size(st.st_size)}; snapshots are limited to {_size(max_bytes)}"
             )
         chunks: list[bytes] = []
         total = 0
-        while total <= MAX_BYTES:
+        while total <= max_bytes:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
-        if total > MAX_BYTES:
-            raise UsageError(f"{path} grew past {MAX_BYTES // 2**20} MiB while being read")
+        if total > max_bytes:
+            raise UsageError(f"{path} grew past {_size(max_bytes)} while being read")
         return b"".join(chunks)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
@@ -512,9 +551,9 @@ def _frames(raw_frames: Iterable[Any]) -> list[Frame]:
     return frames
 
 
-def load_bundle(path: str) -> Bundle:
+def load_bundle(path: str, *, max_bytes: int = MAX_BYTES) -> Bundle:
     """Read and check a bundle; any problem raises UsageError with one line."""
-    doc = _parse(path, _read_capped(path))
+    doc = _parse(path, _read_capped(path, max_bytes))
     _check_schema(path, doc)
     try:
         _check_shape(doc)

@@ -34,6 +34,7 @@ from gputop.snapshot import (
     SCHEMA,
     collect_meta,
     default_snapshot_dir,
+    encode_bundle,
     load_bundle,
     write_bundle,
 )
@@ -586,6 +587,18 @@ def test_collect_meta_reports_this_host_and_the_sources() -> None:
     ]
     assert set(meta["nvml"]) >= {"ok", "reason"}
     json.dumps(meta, allow_nan=False)
+
+
+def test_a_bundle_over_the_size_limit_keeps_the_newest_frames_that_fit(tmp_path: Path) -> None:
+    frames = [synthetic_frame(i) for i in range(100)]
+    data = encode_bundle(frames, META, True, max_bytes=60_000)
+    assert 30_000 < len(data) <= 60_000
+    path = tmp_path / "b.json"
+    path.write_bytes(data)
+    b = load_bundle(str(path), max_bytes=60_000)
+    assert [f.seq for f in b.frames] == [f.seq for f in frames[-len(b.frames) :]]
+    assert b.window["dropped_frames"] == 100 - len(b.frames) > 0
+    assert b.window["start_t"] == b.frames[0].t
 
 
 def test_ten_minutes_of_frames_load_back_and_stay_small(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import functools
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -163,7 +164,7 @@ class ProcessSample:
         """Rebuild a process, threads included, from its JSON object; ValueError on bad input."""
         try:
             built: ProcessSample = _build(cls, d)
-        except (TypeError, AttributeError) as exc:
+        except (TypeError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed process: {exc}") from None
         return built
 
@@ -253,7 +254,7 @@ class Frame:
             )
         except KeyError as exc:
             raise ValueError(f"malformed frame: missing field {exc}") from None
-        except (TypeError, AttributeError) as exc:
+        except (TypeError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed frame: {exc}") from None
 
 
@@ -288,63 +289,104 @@ def _list(d: dict[str, Any], key: str) -> list[Any]:
     return v
 
 
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+Checker = Callable[[Any], Any]
 
 
 def _check_value(where: str, tp: Any, v: Any) -> Any:
     """``v`` converted to the annotated type ``tp``; TypeError/ValueError when it is not one."""
+    return _checker(where, tp)(v)
+
+
+@functools.cache
+def _checker(where: str, tp: Any) -> Checker:
+    """A function that checks and converts one value of annotation ``tp``.
+
+    Built once per field and cached: loading a bundle checks every field of
+    every process in every frame.
+    """
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
         args = typing.get_args(tp)
-        if v is None and type(None) in args:
-            return None
         rest = [a for a in args if a is not type(None)]
         if len(rest) != 1:
-            return v
-        return _check_value(where, rest[0], v)
+            return _unchecked
+        inner = _checker(where, rest[0])
+        if type(None) not in args:
+            return inner
+        return lambda v: None if v is None else inner(v)
     if tp is float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"{where} must be a number, got {type(v).__name__}")
-        if not math.isfinite(v):
-            raise ValueError(f"{where} must be a finite number")
-        return float(v)
+        return functools.partial(_as_float, where)
     if tp is int:
-        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
-            return int(v)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{where} must be a whole number, got {type(v).__name__}")
-        return v
+        return functools.partial(_as_int, where)
     if tp is str or tp is bool:
-        if type(v) is not tp:
-            raise TypeError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
-        return v
+        return functools.partial(_exactly, where, tp)
     if origin is tuple:
         args = typing.get_args(tp)
         if len(args) != 2 or args[1] is not Ellipsis:
-            return v
-        if not isinstance(v, (list, tuple)):
-            raise TypeError(f"{where} must be a list, got {type(v).__name__}")
-        return tuple(_check_value(f"{where}[]", args[0], item) for item in v)
+            return _unchecked
+        return functools.partial(_as_tuple, where, _checker(f"{where}[]", args[0]))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _build(tp, v)
+        return functools.partial(_build, tp)
     # An annotation this checker does not know (a field added later): passed through.
+    return _unchecked
+
+
+def _unchecked(v: Any) -> Any:
     return v
 
 
-def _build(cls: Any, d: Any) -> Any:
-    if not isinstance(d, dict):
-        raise TypeError(f"{cls.__name__} must be an object, got {type(d).__name__}")
-    hints = _hints(cls)
-    kw: dict[str, Any] = {}
+def _as_float(where: str, v: Any) -> float:
+    t = type(v)
+    if t is float:
+        if math.isfinite(v):
+            return v  # type: ignore[no-any-return]
+        raise ValueError(f"{where} must be a finite number")
+    if t is int:
+        return float(v)
+    raise TypeError(f"{where} must be a number, got {t.__name__}")
+
+
+def _as_int(where: str, v: Any) -> int:
+    t = type(v)
+    if t is int:
+        return v  # type: ignore[no-any-return]
+    if t is float and math.isfinite(v) and v.is_integer():
+        return int(v)
+    raise TypeError(f"{where} must be a whole number, got {t.__name__}")
+
+
+def _exactly(where: str, tp: type, v: Any) -> Any:
+    if type(v) is not tp:
+        raise TypeError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
+    return v
+
+
+def _as_tuple(where: str, item: Checker, v: Any) -> tuple[Any, ...]:
+    if type(v) is not list and type(v) is not tuple:
+        raise TypeError(f"{where} must be a list, got {type(v).__name__}")
+    return tuple(item(x) for x in v)
+
+
+@functools.cache
+def _field_checkers(cls: type) -> tuple[tuple[str, Checker, tuple[str, ...] | None], ...]:
+    hints = typing.get_type_hints(cls)
+    out = []
     for f in fields(cls):
-        if f.name not in d:
-            continue
         where = f"{cls.__name__}.{f.name}"
-        v = _check_value(where, hints[f.name], d[f.name])
-        allowed = _ENUMS.get(where)
+        out.append((f.name, _checker(where, hints[f.name]), _ENUMS.get(where)))
+    return tuple(out)
+
+
+def _build(cls: Any, d: Any) -> Any:
+    if type(d) is not dict:
+        raise TypeError(f"{cls.__name__} must be an object, got {type(d).__name__}")
+    kw: dict[str, Any] = {}
+    for name, check, allowed in _field_checkers(cls):
+        if name not in d:
+            continue
+        v = check(d[name])
         if allowed is not None and v not in allowed:
+            where = f"{cls.__name__}.{name}"
             raise ValueError(f"{where} must be one of {', '.join(allowed)}, got {v!r}")
-        kw[f.name] = v
+        kw[name] = v
     return cls(**kw)
