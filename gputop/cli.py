@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(rec, suppress=True)
     rec.add_argument("--duration", type=_duration, metavar="S", help="stop after S seconds")
     rec.add_argument("-o", "--output", default="-", metavar="FILE", help="file, or - for stdout")
-    rec.add_argument("--demo", default=argparse.SUPPRESS, metavar="NAME", help="record a built-in demo scenario")
+    rec.add_argument(
+        "--demo", default=argparse.SUPPRESS, metavar="NAME", help="record a built-in demo scenario"
+    )
 
     snap = sub.add_parser("snapshot", help="headless: write one snapshot bundle, print its path")
     _add_common(snap, suppress=True)
@@ -107,7 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration", type=_duration, default=5.0, metavar="S", help="seconds to sample (default 5)"
     )
     snap.add_argument("-o", "--output", metavar="FILE", help="where to write the bundle")
-    snap.add_argument("--demo", default=argparse.SUPPRESS, metavar="NAME", help="snapshot a built-in demo scenario")
+    snap.add_argument(
+        "--demo",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="snapshot a built-in demo scenario",
+    )
     snap.add_argument("--no-redact", action="store_true", default=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="built-in demo scenarios")
@@ -121,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "--listen", default="127.0.0.1:9400", metavar="HOST:PORT", help="default 127.0.0.1:9400"
     )
-    exp.add_argument("--demo", default=argparse.SUPPRESS, metavar="NAME", help="export a built-in demo scenario")
+    exp.add_argument(
+        "--demo", default=argparse.SUPPRESS, metavar="NAME", help="export a built-in demo scenario"
+    )
     return p
 
 

@@ -134,7 +134,7 @@ class Sampler:
             idx, mem, sm = gpu_of.get(gp.pid, ((), None, None))
             mem_sum = mem if gp.gpu_mem_mib is None else (mem or 0) + gp.gpu_mem_mib
             sm_sum = sm if gp.sm_pct is None else (sm or 0.0) + gp.sm_pct
-            gpu_of[gp.pid] = (idx + (gp.gpu_index,), mem_sum, sm_sum)
+            gpu_of[gp.pid] = ((*idx, gp.gpu_index), mem_sum, sm_sum)
         host = self._read_host(now_m, gpu_of, probe_reading)
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall

@@ -25,12 +25,14 @@ def process_role_from_comm(comm: str) -> str | None:
 
 
 def thread_role_from_comm(comm: str) -> str | None:
-    """The role of a thread inside a trainer, from its name, if any."""
+    """The role of a thread inside a trainer, from its name, if any.
+
+    Threads of a worker process inherit the worker's name, so the worker-process
+    names are not thread roles.
+    """
     if comm.startswith(PIN_MEMORY_PREFIXES):
         return "pin_memory"
-    if comm.startswith(DATALOADER_THREAD_PREFIXES) or comm.startswith(
-        DATALOADER_PROCESS_PREFIXES
-    ):
+    if comm.startswith(DATALOADER_THREAD_PREFIXES):
         return "dataloader"
     return None
 

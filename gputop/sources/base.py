@@ -20,7 +20,7 @@ class GpuSource(Protocol):
     def status(self) -> SourceStatus: ...
 
     def open(self) -> None:
-        """Prepare to read (load libraries, discover devices). Called once, on the sampler thread."""
+        """Prepare to read (load libraries, find devices); called once, on the sampler thread."""
 
     def read(self) -> GpuReading:
         """One tick's GPU readings."""

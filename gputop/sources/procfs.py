@@ -170,7 +170,7 @@ class ProcSource:
         total_pct = 0.0
         if self._cpu_prev is not None and len(self._cpu_prev) == len(cpus):
             pcts = []
-            for (tot, idle), (ptot, pidle) in zip(cpus, self._cpu_prev):
+            for (tot, idle), (ptot, pidle) in zip(cpus, self._cpu_prev, strict=True):
                 dt = tot - ptot
                 pcts.append(0.0 if dt <= 0 else 100.0 * (dt - (idle - pidle)) / dt)
             total_pct, per_cpu = pcts[0], pcts[1:]
@@ -215,7 +215,11 @@ class ProcSource:
         got = self._cmdlines.get(key)
         if got is None:
             raw = _read(f"{self.root}/{pid}/cmdline")
-            got = raw[:_CMDLINE_MAX].replace(b"\0", b" ").strip().decode("utf-8", "replace") if raw else ""
+            got = (
+                raw[:_CMDLINE_MAX].replace(b"\0", b" ").strip().decode("utf-8", "replace")
+                if raw
+                else ""
+            )
             self._cmdlines[key] = got
         return got
 
@@ -291,7 +295,9 @@ class ProcSource:
         for pid in chosen:
             st = stats[pid]
             role, trainer = roles.get(pid, ("other", None))
-            out.extend(self._detail(st, role, trainer, cpu_pct[pid], now, dt, gpu_of.get(pid), probe))
+            out.extend(
+                self._detail(st, role, trainer, cpu_pct[pid], now, dt, gpu_of.get(pid), probe)
+            )
 
         # Forget processes that are gone; keep cheap per-process state for the rest.
         seen_keys = set()

@@ -1,0 +1,147 @@
+"""The command line: the JSON frame contract end to end, and bad input handled in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputop import __version__
+from gputop.model.frame import Frame
+from tests.contract import check_frame
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gputop(*args: str, env: dict[str, str] | None = None, timeout: float = 60):
+    e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "gputop", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=e,
+        cwd=ROOT,
+    )
+
+
+def test_record_writes_contract_frames_to_stdout():
+    r = gputop("record", "--duration", "1", "--interval", "0.25", "--no-bpf")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert 3 <= len(lines) <= 5
+    frames = [json.loads(line) for line in lines]
+    for d in frames:
+        check_frame(d)
+        assert d["sources"]["sched"] == "procfs"
+        assert Frame.from_dict(d).to_dict() == d  # lossless round trip
+    assert [d["seq"] for d in frames] == sorted(d["seq"] for d in frames)
+    assert any(p["pid"] == 1 for p in frames[-1]["processes"]) or frames[-1]["processes"]
+
+
+def test_record_to_file(tmp_path):
+    out = tmp_path / "frames.jsonl"
+    r = gputop("record", "--duration", "0.5", "--interval", "0.25", "-o", str(out), "--no-bpf")
+    assert r.returncode == 0 and r.stdout == ""
+    for line in out.read_text().splitlines():
+        check_frame(json.loads(line))
+
+
+def test_global_options_work_before_the_subcommand():
+    r = gputop("--interval", "0.2", "--no-bpf", "record", "--duration", "0.4")
+    assert r.returncode == 0, r.stderr
+    frames = [json.loads(x) for x in r.stdout.splitlines()]
+    assert frames and all(abs(f["interval"] - 0.2) < 0.15 for f in frames)
+
+
+def test_version():
+    r = gputop("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"gputop {__version__}"
+
+
+def test_help_lists_every_contract_command():
+    r = gputop("--help")
+    assert r.returncode == 0
+    for cmd in ("record", "snapshot", "demo", "doctor", "export", "--replay", "--demo", "--no-bpf"):
+        assert cmd in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--interval", "0.05"],
+        ["--interval", "abc"],
+        ["--interval", "nan"],
+        ["record", "--duration", "-1"],
+        ["record", "--duration", "soon"],
+        ["record", "--bogus"],
+        ["--top", "0"],
+        ["nosuchcommand"],
+        ["record", "-o", "/nonexistent-dir/x.jsonl", "--duration", "0.2"],
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(args):
+    r = gputop(*args)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("gputop: error: ")
+    assert "Traceback" not in r.stderr
+
+
+def test_record_stops_quietly_when_reader_goes_away():
+    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen(
+        f"{sys.executable} -m gputop record --interval 0.1 --no-bpf | head -n 2",
+        shell=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=e,
+        cwd=ROOT,
+        text=True,
+    )
+    out, err = p.communicate(timeout=30)
+    assert len(out.splitlines()) == 2
+    assert "Traceback" not in err
+
+
+def test_core_modules_never_import_textual():
+    mods = [
+        "gputop.model.frame",
+        "gputop.model.history",
+        "gputop.model.roles",
+        "gputop.sources.procfs",
+        "gputop.sources.base",
+        "gputop.sampler",
+        "gputop.runtime",
+        "gputop.record",
+        "gputop.cli",
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {mods!r}: importlib.import_module(m)\n"
+        "ui = ('textual', 'textual_plotext')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ui)\n"
+        "print(','.join(bad))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert r.stdout.strip() == ""
+
+
+def test_import_linter_contract_holds():
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports"))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "KEPT" in r.stdout

@@ -1,0 +1,156 @@
+"""The sampler: one tick at a time, sources that fail are disabled, never the sampler."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from gputop.model.frame import GpuReading, GpuSample, SourceStatus
+from gputop.model.history import History
+from gputop.sampler import Sampler
+from gputop.sources.procfs import ProcSource
+from tests.fakeproc import FakeProc, FakeProcTree
+
+
+class ScriptedGpu:
+    """A GPU source whose behaviour each test scripts: a value, a delay, or a failure."""
+
+    def __init__(self, fail_on_read: int | None = None, delay_s: float = 0.0) -> None:
+        self.reads = 0
+        self.fail_on_read = fail_on_read
+        self.delay_s = delay_s
+        self.closed = False
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    @property
+    def status(self) -> SourceStatus:
+        return SourceStatus("gpu", "scripted", True)
+
+    def open(self) -> None:
+        pass
+
+    def read(self) -> GpuReading:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self.reads += 1
+            if self.reads == self.fail_on_read:
+                raise RuntimeError("driver went away")
+            time.sleep(self.delay_s)
+            g = GpuSample(0, "GPU-x", "Scripted", 90.0, 10.0, 100.0, 400.0, 1, 2)
+            return GpuReading(gpus=(g,))
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def tiny_procs(tmp_path) -> ProcSource:
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.write(FakeProc(100))
+    return ProcSource(str(tree.root))
+
+
+def test_failing_gpu_source_is_disabled_with_reason_and_sampling_goes_on(tmp_path):
+    gpu = ScriptedGpu(fail_on_read=2)
+    s = Sampler(gpu=gpu, procs=tiny_procs(tmp_path))
+    f1 = s.tick()
+    assert f1.sources.gpu == "scripted" and len(f1.gpus) == 1
+    f2 = s.tick()
+    assert f2.gpus == ()
+    assert f2.sources.gpu == "none"
+    assert any("driver went away" in n for n in f2.sources.notes)
+    assert gpu.closed
+    f3 = s.tick()
+    assert f3.seq == 3 and [p.pid for p in f3.processes] == [100]
+
+
+class ExplodingProbe:
+    status = SourceStatus("sched", "bpf", False, "compiling")
+
+    def open(self) -> None:
+        pass
+
+    def read(self):
+        raise OSError("map vanished")
+
+    def close(self) -> None:
+        pass
+
+
+def test_failing_probe_falls_back_to_procfs(tmp_path):
+    s = Sampler(procs=tiny_procs(tmp_path), probe=ExplodingProbe())
+    f = s.tick()
+    assert s.probe is None
+    assert f.sources.sched == "procfs"
+    assert any("map vanished" in n for n in f.sources.notes)
+
+
+def test_ticks_never_overlap_and_follow_the_interval(tmp_path):
+    gpu = ScriptedGpu(delay_s=0.15)  # each tick overruns the 0.1 s interval
+    s = Sampler(gpu=gpu, procs=tiny_procs(tmp_path), interval_s=0.1)
+    frames = []
+    s.run(frames.append, duration_s=1.0)
+    assert gpu.max_active == 1
+    assert 3 <= len(frames) <= 8
+    gaps = [b.t - a.t for a, b in itertools.pairwise(frames)]
+    assert min(gaps) >= 0.15  # next tick only after the previous one ended
+
+
+def test_background_thread_delivers_frames_and_stops(tmp_path):
+    s = Sampler(gpu=ScriptedGpu(), procs=tiny_procs(tmp_path), interval_s=0.1)
+    got: list = []
+    done = threading.Event()
+
+    def on_frame(f):
+        got.append(f)
+        if len(got) == 3:
+            done.set()
+
+    s.start(on_frame)
+    assert done.wait(5)
+    s.close()
+    n = len(got)
+    time.sleep(0.3)
+    assert len(got) == n
+    assert [f.seq for f in got[:3]] == [2, 3, 4]
+
+
+def test_interval_below_minimum_is_raised_to_minimum(tmp_path):
+    assert Sampler(procs=tiny_procs(tmp_path), interval_s=0.01).interval_s == 0.1
+
+
+def test_history_is_bounded_and_series_share_one_time_axis(tmp_path):
+    s = Sampler(gpu=ScriptedGpu(), procs=tiny_procs(tmp_path))
+    h = History(window_s=5, interval_s=1)
+    for _ in range(8):
+        h.add(s.tick())
+    assert len(h) == 5
+    assert h.gpu_series("GPU-x", "util") == [90.0] * 5
+    assert h.gpu_series("GPU-x", "sm_active") == [10.0] * 5
+    assert h.gpu_series("GPU-x", "power_pct") == [25.0] * 5
+    assert len(h.proc_series((100, 1000), "cpu_pct")) == 5
+    assert h.gpu_series("GPU-unknown", "util") == []
+
+
+def test_history_pads_late_and_gone_entries_with_none(tmp_path):
+    tree = FakeProcTree(tmp_path / "proc")
+    tree.write(FakeProc(100))
+    s = Sampler(procs=ProcSource(str(tree.root)))
+    h = History(window_s=4, interval_s=1)
+    h.add(s.tick())
+    tree.write(FakeProc(200, start=5))
+    h.add(s.tick())
+    tree.remove(100)
+    h.add(s.tick())
+    assert h.proc_series((200, 5), "cpu_pct") == [None, 0.0, 0.0]
+    assert h.proc_series((100, 1000), "cpu_pct") == [0.0, 0.0, None]
+    for _ in range(4):
+        h.add(s.tick())
+    assert h.proc_series((100, 1000), "cpu_pct") == []  # gone a whole window: dropped
