@@ -359,10 +359,11 @@ def _target(directory: str | None, path: str | None) -> tuple[str, str | None]:
         return os.path.dirname(os.path.abspath(path)), os.path.basename(path)
     if directory is None:
         directory = default_snapshot_dir()
-        try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"cannot create {directory}: {exc.strerror}") from None
+    try:
+        # Only the user can list a snapshot directory gputop creates.
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {directory}: {exc.strerror}") from None
     return directory, None
 
 

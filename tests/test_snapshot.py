@@ -279,6 +279,13 @@ def test_without_a_directory_bundles_go_to_the_default_one(
     assert stat.S_IMODE(d.stat().st_mode) == 0o700
 
 
+def test_a_configured_directory_is_created_private(tmp_path: Path) -> None:
+    d = tmp_path / "a" / "snaps"
+    path = write_bundle(FRAMES, META, str(d), None, True)
+    assert Path(path).parent == d
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
 def test_output_naming_an_existing_directory_writes_a_fresh_name_in_it(tmp_path: Path) -> None:
     path = write_bundle(FRAMES, META, None, None, True, path=str(tmp_path))
     assert Path(path).parent == tmp_path
