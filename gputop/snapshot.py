@@ -463,19 +463,19 @@ def _size(n: int) -> str:
     return f"{n / 2**10:.0f} KiB"
 
 
-def _read_capped(path: str, max_bytes: int) -> bytes:
+def _read_capped(path: str, shown: str, max_bytes: int) -> bytes:
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise UsageError(f"cannot open {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot open {shown}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{path} is not a regular file")
+            raise UsageError(f"{shown} is not a regular file")
         if st.st_size > max_bytes:
             raise UsageError(
-                f"{path} is {_size(st.st_size)}; snapshots are limited to {_size(max_bytes)}"
+                f"{shown} is {_size(st.st_size)}; snapshots are limited to {_size(max_bytes)}"
             )
         chunks: list[bytes] = []
         total = 0
@@ -486,47 +486,47 @@ def _read_capped(path: str, max_bytes: int) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
         if total > max_bytes:
-            raise UsageError(f"{path} grew past {_size(max_bytes)} while being read")
+            raise UsageError(f"{shown} grew past {_size(max_bytes)} while being read")
         return b"".join(chunks)
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read {shown}: {exc.strerror}") from None
     finally:
         os.close(fd)
 
 
-def _parse(path: str, raw: bytes) -> Any:
+def _parse(shown: str, raw: bytes) -> Any:
     if not raw.strip():
-        raise UsageError(f"{path} is empty")
+        raise UsageError(f"{shown} is empty")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{path} is not a gputop snapshot (not UTF-8 text)") from None
+        raise UsageError(f"{shown} is not a gputop snapshot (not UTF-8 text)") from None
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"{path} is not valid JSON (truncated or corrupt?): {exc.msg} at line "
+            f"{shown} is not valid JSON (truncated or corrupt?): {exc.msg} at line "
             f"{exc.lineno} column {exc.colno}"
         ) from None
     except RecursionError:
-        raise UsageError(f"{path} is not a gputop snapshot: nested too deeply") from None
+        raise UsageError(f"{shown} is not a gputop snapshot: nested too deeply") from None
     except ValueError as exc:
-        raise UsageError(f"{path} is not a gputop snapshot: {_one_line(exc)}") from None
+        raise UsageError(f"{shown} is not a gputop snapshot: {_one_line(exc)}") from None
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _check_schema(path: str, doc: Any) -> None:
+def _check_schema(shown: str, doc: Any) -> None:
     if not isinstance(doc, dict):
-        raise UsageError(f"{path} is not a gputop snapshot (not a JSON object)")
+        raise UsageError(f"{shown} is not a gputop snapshot (not a JSON object)")
     schema = doc.get("schema")
     if not isinstance(schema, str) or not schema.startswith(_SCHEMA_PREFIX):
-        raise UsageError(f"{path} is not a gputop snapshot (no {SCHEMA!r} schema field)")
+        raise UsageError(f"{shown} is not a gputop snapshot (no {SCHEMA!r} schema field)")
     if schema != SCHEMA:
         raise UsageError(
-            f"{path} has schema {schema[:40]!r}; this gputop {__version__} reads {SCHEMA!r}"
+            f"{shown} has schema {schema[:40]!r}; this gputop {__version__} reads {SCHEMA!r}"
         )
 
 
@@ -554,8 +554,10 @@ def _frames(raw_frames: Iterable[Any]) -> list[Frame]:
 
 def load_bundle(path: str, *, max_bytes: int = MAX_BYTES) -> Bundle:
     """Read and check a bundle; any problem raises UsageError with one line."""
-    doc = _parse(path, _read_capped(path, max_bytes))
-    _check_schema(path, doc)
+    # A file name with control characters must not break the one-line message.
+    shown = path if path.isprintable() else repr(path)
+    doc = _parse(shown, _read_capped(path, shown, max_bytes))
+    _check_schema(shown, doc)
     try:
         _check_shape(doc)
         raw_frames = _field(doc, "frames", list)
@@ -587,7 +589,7 @@ def load_bundle(path: str, *, max_bytes: int = MAX_BYTES) -> Bundle:
             window=window,
         )
     except ValueError as exc:
-        raise UsageError(f"{path} is not a valid gputop snapshot: {_one_line(exc)}") from None
+        raise UsageError(f"{shown} is not a valid gputop snapshot: {_one_line(exc)}") from None
 
 
 # ---- the command ------------------------------------------------------------

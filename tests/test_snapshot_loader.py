@@ -223,6 +223,15 @@ def test_a_fifo_does_not_hang(tmp_path: Path) -> None:
     assert _finishes(lambda: _expect_one_line(fifo, "not a regular file"), 10)
 
 
+def test_a_file_name_with_a_newline_still_gives_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad\nname.json"
+    p.write_text("{")
+    with pytest.raises(UsageError) as info:
+        load_bundle(str(p))
+    assert "\n" not in str(info.value)
+    assert "not valid JSON" in str(info.value)
+
+
 def test_a_directory_and_a_missing_file(tmp_path: Path) -> None:
     _expect_one_line(tmp_path, "not a regular file")
     with pytest.raises(UsageError, match=r"cannot open .*No such file"):
