@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -134,26 +134,46 @@ def _headers_release(build: str) -> str | None:
 
 
 def check_kernel_headers(
-    release: str | None = None, modules_dir: str = "/lib/modules", kheaders: str = KHEADERS
+    release: str | None = None,
+    modules_dir: str = "/lib/modules",
+    kheaders: str = KHEADERS,
+    env: Mapping[str, str] | None = None,
 ) -> Check:
-    """Kernel headers for bcc to compile the probe: /lib/modules/RELEASE/build or kheaders."""
+    """Kernel headers for bcc, in the places bcc looks.
+
+    ``$BCC_KERNEL_SOURCE``, ``/lib/modules/RELEASE/build`` or ``.../source``, or the
+    kernel's own ``kheaders`` archive (CONFIG_IKHEADERS).
+    """
     release = release or os.uname().release
+    env = os.environ if env is None else env
     build = os.path.join(modules_dir, release, "build")
     fix = (
         f"apt-get install linux-headers-{release}  (Fedora/RHEL: dnf install "
         f"kernel-devel-{release}), or modprobe kheaders"
     )
-    if os.path.isdir(os.path.join(build, "include")):
-        target = os.path.realpath(build)
-        built_for = _headers_release(build)
+    override = env.get("BCC_KERNEL_SOURCE")
+    if override:
+        if os.path.isdir(os.path.join(override, "include")):
+            return Check("kernel headers", True, f"BCC_KERNEL_SOURCE={override}")
+        return Check(
+            "kernel headers",
+            False,
+            f"BCC_KERNEL_SOURCE={override} has no include/ directory",
+            "point BCC_KERNEL_SOURCE at a kernel header tree, or unset it",
+        )
+    for d in (build, os.path.join(modules_dir, release, "source")):
+        if not os.path.isdir(os.path.join(d, "include")):
+            continue
+        target = os.path.realpath(d)
+        built_for = _headers_release(d)
         if built_for is not None and built_for != release:
             return Check(
                 "kernel headers",
                 True,
-                f"{build} -> {target} is for {built_for}, not {release}; enough for gputop's "
+                f"{d} -> {target} is for {built_for}, not {release}; enough for gputop's "
                 "probe (it reads tracepoint fields only) if it compiles",
             )
-        return Check("kernel headers", True, f"{build} -> {target}")
+        return Check("kernel headers", True, f"{d} -> {target}")
     if os.path.exists(kheaders):
         return Check("kernel headers", True, f"{kheaders} (CONFIG_IKHEADERS)")
     if os.path.islink(build):

@@ -43,20 +43,20 @@ def _headers(modules: Path, release: str, built_for: str) -> Path:
 
 def test_headers_present_for_this_kernel(tmp_path: Path) -> None:
     _headers(tmp_path, RELEASE, RELEASE)
-    c = check_kernel_headers(RELEASE, str(tmp_path), kheaders=str(tmp_path / "none"))
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
     assert c.ok and c.fix is None
     assert f"{tmp_path}/{RELEASE}/build" in c.why
 
 
 def test_headers_of_another_kernel_are_usable_but_said_so(tmp_path: Path) -> None:
     _headers(tmp_path, RELEASE, "6.1.0-1-amd64")
-    c = check_kernel_headers(RELEASE, str(tmp_path), kheaders=str(tmp_path / "none"))
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
     assert c.ok
     assert f"is for 6.1.0-1-amd64, not {RELEASE}" in c.why
 
 
 def test_missing_headers_give_the_package_to_install(tmp_path: Path) -> None:
-    c = check_kernel_headers(RELEASE, str(tmp_path), kheaders=str(tmp_path / "none"))
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
     assert not c.ok
     assert "bcc cannot compile the probe" in c.why
     assert c.fix is not None and f"apt-get install linux-headers-{RELEASE}" in c.fix
@@ -65,7 +65,7 @@ def test_missing_headers_give_the_package_to_install(tmp_path: Path) -> None:
 def test_a_dangling_build_link_is_named(tmp_path: Path) -> None:
     (tmp_path / RELEASE).mkdir()
     (tmp_path / RELEASE / "build").symlink_to("/usr/src/linux-headers-gone")
-    c = check_kernel_headers(RELEASE, str(tmp_path), kheaders=str(tmp_path / "none"))
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
     assert not c.ok
     assert "points to /usr/src/linux-headers-gone, which does not exist" in c.why
 
@@ -73,8 +73,27 @@ def test_a_dangling_build_link_is_named(tmp_path: Path) -> None:
 def test_kheaders_stand_in_for_missing_headers(tmp_path: Path) -> None:
     kh = tmp_path / "kheaders.tar.xz"
     kh.write_bytes(b"")
-    c = check_kernel_headers(RELEASE, str(tmp_path), kheaders=str(kh))
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(kh), {})
     assert c.ok and "CONFIG_IKHEADERS" in c.why
+
+
+def test_bcc_kernel_source_overrides_the_search(tmp_path: Path) -> None:
+    src = _headers(tmp_path / "elsewhere", "x", RELEASE)
+    c = check_kernel_headers(
+        RELEASE, str(tmp_path), str(tmp_path / "none"), {"BCC_KERNEL_SOURCE": str(src)}
+    )
+    assert c.ok and "BCC_KERNEL_SOURCE" in c.why
+    c = check_kernel_headers(
+        RELEASE, str(tmp_path), str(tmp_path / "none"), {"BCC_KERNEL_SOURCE": "/nonexistent"}
+    )
+    assert not c.ok and c.fix
+
+
+def test_the_source_link_counts_like_build(tmp_path: Path) -> None:
+    src = tmp_path / RELEASE / "source" / "include"
+    src.mkdir(parents=True)
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
+    assert c.ok and f"{RELEASE}/source" in c.why
 
 
 def _status(tmp_path: Path, caps: int) -> str:
