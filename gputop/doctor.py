@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -245,6 +246,37 @@ def check_tracefs(dirs: Sequence[str] = TRACEFS_DIRS) -> Check:
     )
 
 
+def _new_probe() -> Any:
+    # Looked up at run time: builds without the eBPF probe still run the doctor.
+    return importlib.import_module("gputop.sources.sched_probe").BpfSchedProbe()
+
+
+def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float = 60.0) -> Check:
+    """Really compile and attach the scheduler probe, then detach: the compiler's verdict."""
+    name = "eBPF probe"
+    try:
+        probe = new_probe()
+    except (ImportError, AttributeError):
+        return Check(name, False, "this gputop build has no eBPF probe")
+    started = time.monotonic()
+    probe.open()
+    try:
+        attached = probe.wait_attached(timeout_s)
+        status = probe.status
+    finally:
+        probe.close()
+    took = time.monotonic() - started
+    if attached:
+        return Check(name, True, f"compiled and attached to sched:sched_switch in {took:.1f} s")
+    reason = str(status.reason or "did not attach")
+    fix = status.fix
+    if fix and reason.endswith(f"; fix: {fix}"):
+        reason = reason[: -len(f"; fix: {fix}")]
+    if took >= timeout_s:
+        reason = f"not attached after {timeout_s:.0f} s: {reason}"
+    return Check(name, False, reason, fix)
+
+
 # ---- /proc ----------------------------------------------------------------------
 
 
@@ -343,14 +375,19 @@ def check_pyspy(
 # ---- report ---------------------------------------------------------------------
 
 
-def run_checks() -> list[Check]:
-    """Every check, against this machine."""
+def run_checks(try_probe: bool = True) -> list[Check]:
+    """Every check, against this machine; the probe is compiled only when it can work."""
+    ebpf = [check_bcc(), check_kernel_headers(), check_privileges(), check_tracefs()]
+    if not try_probe:
+        probe = Check("eBPF probe", False, "not tried (--no-bpf)")
+    elif all(c.ok for c in ebpf):
+        probe = check_ebpf_probe()
+    else:
+        probe = Check("eBPF probe", False, "not tried: fix the eBPF checks above first")
     return [
         *check_nvml(),
-        check_bcc(),
-        check_kernel_headers(),
-        check_privileges(),
-        check_tracefs(),
+        *ebpf,
+        probe,
         check_schedstat(),
         check_psi(),
         check_pyspy(),
@@ -360,8 +397,7 @@ def run_checks() -> list[Check]:
 def _summary(checks: Sequence[Check]) -> list[str]:
     ok = {c.name: c.ok for c in checks}
     lines = []
-    ebpf = ("bcc (eBPF)", "kernel headers", "privileges for eBPF", "tracefs")
-    if all(ok.get(n, False) for n in ebpf):
+    if ok.get("eBPF probe", False):
         lines.append("scheduler signals: eBPF probe (exact off-CPU, run-queue and preemptions)")
     elif ok.get("schedstat", False):
         lines.append(
@@ -402,5 +438,5 @@ def doctor_command(args: argparse.Namespace, opts: Options) -> int:
     """`gputop doctor`: print the report; always exit 0 (the report is the result)."""
     title = f"gputop doctor: data sources on {socket.gethostname()} (Linux {os.uname().release})"
     columns = shutil.get_terminal_size((100, 24)).columns
-    sys.stdout.write(format_report(run_checks(), title, max(80, columns)))
+    sys.stdout.write(format_report(run_checks(not opts.no_bpf), title, max(80, columns)))
     return 0

@@ -17,6 +17,7 @@ from gputop.doctor import (
     CAP_SYS_ADMIN,
     Check,
     check_bcc,
+    check_ebpf_probe,
     check_kernel_headers,
     check_nvml,
     check_privileges,
@@ -25,6 +26,7 @@ from gputop.doctor import (
     check_schedstat,
     check_tracefs,
     format_report,
+    run_checks,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,6 +207,19 @@ def test_nvml_missing_from_the_build_is_reported_not_raised() -> None:
 
     checks = check_nvml(probe)
     assert [c.ok for c in checks] == [False, False]
+
+
+def test_a_build_without_the_probe_says_so() -> None:
+    def new_probe() -> object:
+        raise ImportError("no module named gputop.sources.sched_probe")
+
+    c = check_ebpf_probe(new_probe)
+    assert not c.ok and "no eBPF probe" in c.why
+
+
+def test_no_bpf_skips_compiling_the_probe() -> None:
+    probe = next(c for c in run_checks(try_probe=False) if c.name == "eBPF probe")
+    assert not probe.ok and probe.why == "not tried (--no-bpf)"
 
 
 def test_report_is_aligned_and_puts_fixes_under_their_check() -> None:
