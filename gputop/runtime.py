@@ -21,7 +21,11 @@ class Options:
 
 def gpu_source(opts: Options) -> GpuSource:
     """The GPU source for these options: a demo's modelled GPU or NVML."""
-    return NoGpuSource("NVML source not available in this build")
+    if opts.demo is None:
+        from gputop.sources.nvml import NvmlSource
+
+        return NvmlSource()
+    return NoGpuSource("demo scenarios not available in this build")
 
 
 def sched_probe(opts: Options) -> SchedProbe | None:

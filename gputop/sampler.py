@@ -213,7 +213,8 @@ class Sampler:
     def _sources(self, probe_reading: ProbeReading | None) -> Sources:
         notes = list(self.extra_notes)
         gs = self.gpu.status
-        if not gs.live and gs.reason:
+        # A live source's reason lists what it cannot report (e.g. SM activity n/a).
+        if gs.reason:
             notes.append(f"gpu: {gs.reason}")
         if self.probe is not None:
             ps = self.probe.status

@@ -1,0 +1,751 @@
+"""NvmlSource: GPUs through nvidia-ml-py, and probe_nvml() for `doctor` and snapshots.
+
+What each number means (docs/nvml.md has the long version):
+
+* ``util`` is GPU_UTIL, ``nvmlDeviceGetUtilizationRates().gpu``: the share of time
+  any kernel ran. A single tiny kernel keeps it at 100 %.
+* ``sm_active`` is GPM ``SM_UTIL`` between two GPM samples at least 100 ms apart:
+  the share of SMs that were busy. ``None`` where the GPU cannot report it.
+
+Cost: NVML calls take driver locks, so each tick makes only the calls the frame
+needs; static facts are read once at open, and the process lists, per-process SM
+share and the enforced power limit are refreshed every ``process_interval_s``.
+Every NVML error is turned into "not available" for that value, remembered per
+device and metric when it is permanent, or into a ``lost`` device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gputop.model.frame import GpuProcess, GpuReading, GpuSample, SourceStatus
+from gputop.sources.pidns import HostPidMap
+
+try:
+    import pynvml
+except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; still degrade
+    pynvml = None
+
+GPM_MIN_GAP_S = 0.1
+PROCESS_REFRESH_S = 2.0
+
+# GPM metric ids (nvmlGpmMetricId_t), in the order GpuSample's fields take them.
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_ANY_TENSOR_UTIL = 5
+GPM_DRAM_BW_UTIL = 10
+_GPM_METRICS = (GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_ANY_TENSOR_UTIL, GPM_DRAM_BW_UTIL)
+_GPM_NAMES = {
+    GPM_SM_UTIL: "SM activity",
+    GPM_SM_OCCUPANCY: "SM occupancy",
+    GPM_ANY_TENSOR_UTIL: "tensor activity",
+    GPM_DRAM_BW_UTIL: "DRAM bandwidth",
+}
+
+_ARCH_HOPPER = 9
+_NVML_SUCCESS = 0
+_NVML_NOT_SUPPORTED = 3
+_TEMPERATURE_GPU = 0
+_CLOCK_SM = 1
+
+# Clock-event reason bits -> names. GPU idle (0x1) is deliberately absent: clocks
+# drop because nothing runs, which is not a limit on work, and listing it would make
+# every idle GPU look throttled. Bits 0x200/0x400 exist only in the older
+# ThrottleReasons call.
+THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
+    (0x2, "applications_clocks"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
+    (0x100, "display_clocks"),
+    (0x200, "board_limit"),
+    (0x400, "reliability"),
+)
+_IDLE_BIT = 0x1
+_KNOWN_BITS = _IDLE_BIT
+for _bit, _ in THROTTLE_REASONS:
+    _KNOWN_BITS |= _bit
+
+
+def decode_throttle(mask: int) -> tuple[str, ...]:
+    """Clock-event reason names for an NVML bit mask (idle excluded; unknown bits as hex)."""
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    extra = mask & ~_KNOWN_BITS
+    if extra:
+        names.append(f"unknown_{extra:#x}")
+    return tuple(names)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFacts:
+    """Static facts about one GPU, for `gputop doctor` and snapshot bundles."""
+
+    index: int
+    uuid: str
+    name: str
+    gpm_supported: bool | None
+    gpm_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlFacts:
+    """Whether NVML works here, why not, and the versions and GPUs it reports."""
+
+    ok: bool
+    reason: str | None = None
+    fix: str | None = None
+    driver_version: str | None = None
+    nvml_version: str | None = None
+    cuda_version: str | None = None
+    gpus: tuple[GpuFacts, ...] = ()
+
+
+class _Lost(Exception):
+    """The device answered GPU_IS_LOST or RESET_REQUIRED."""
+
+
+def _init_failure(exc: BaseException) -> tuple[str, str]:
+    """The reason and the fix for an nvmlInit (or library load) failure."""
+    if pynvml is None:
+        return (
+            "nvidia-ml-py is not installed",
+            "pip install nvidia-ml-py (it is a gputop dependency)",
+        )
+    if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
+        return (
+            "no NVIDIA GPU: libnvidia-ml.so.1 not found",
+            "install the NVIDIA driver, or point LD_LIBRARY_PATH at the directory "
+            "holding libnvidia-ml.so.1",
+        )
+    if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
+        return (
+            "no NVIDIA GPU: the NVIDIA kernel driver is not loaded",
+            "load it (modprobe nvidia) and check that nvidia-smi works; in a container, "
+            "start it with --gpus all",
+        )
+    if isinstance(exc, pynvml.NVMLError_NoPermission):
+        return (
+            "no NVIDIA GPU: no permission to open the GPU device files (/dev/nvidia*)",
+            "run as a user allowed to open /dev/nvidia* (e.g. in the video group)",
+        )
+    if isinstance(exc, pynvml.NVMLError_LibRmVersionMismatch):
+        return (
+            "no NVIDIA GPU: NVML library and kernel driver versions differ",
+            "reboot (or reload the nvidia kernel module) after a driver update",
+        )
+    return (f"no NVIDIA GPU: NVML failed to initialise: {exc}", "check that nvidia-smi works")
+
+
+def _text(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _gpm_support(handle: Any) -> tuple[bool | None, str | None]:
+    """Whether the GPU reports GPM metrics (SM activity), and why not."""
+    assert pynvml is not None
+    try:
+        supported = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+    except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
+        return False, "the driver is too old for GPM (needs R520 or newer)"
+    except pynvml.NVMLError_NotSupported:
+        supported = False
+    except pynvml.NVMLError as exc:
+        return None, f"GPM support query failed: {exc}"
+    if supported:
+        return True, None
+    try:
+        arch = int(pynvml.nvmlDeviceGetArchitecture(handle))
+    except pynvml.NVMLError:
+        arch = None
+    if arch is not None and arch < _ARCH_HOPPER:
+        return False, "pre-Hopper GPU: GPM (SM activity) needs Hopper or newer"
+    return False, "GPM not supported on this GPU (GeForce, MIG instance or vGPU)"
+
+
+def probe_nvml() -> NvmlFacts:
+    """Initialise NVML, read versions and per-GPU facts, shut it down. Never raises."""
+    try:
+        return _probe()
+    except Exception as exc:  # noqa: BLE001 - doctor must always get an answer
+        return NvmlFacts(ok=False, reason=f"NVML probe failed: {exc!r}", fix=None)
+
+
+def _probe() -> NvmlFacts:
+    if pynvml is None:
+        reason, fix = _init_failure(ImportError())
+        return NvmlFacts(ok=False, reason=reason, fix=fix)
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        reason, fix = _init_failure(exc)
+        return NvmlFacts(ok=False, reason=reason, fix=fix)
+    try:
+        driver = _optional(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+        nvml_v = _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion()))
+        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        cuda_v = None if cuda is None else f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
+        gpus: list[GpuFacts] = []
+        count = int(pynvml.nvmlDeviceGetCount())
+        for i in range(count):
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                uuid = _text(pynvml.nvmlDeviceGetUUID(h))
+                name = _text(pynvml.nvmlDeviceGetName(h))
+            except pynvml.NVMLError as exc:
+                gpus.append(GpuFacts(i, "", f"unreadable: {exc}", None, None))
+                continue
+            sup, why = _gpm_support(h)
+            gpus.append(GpuFacts(i, uuid, name, sup, why))
+        if not gpus:
+            return NvmlFacts(
+                ok=False,
+                reason="no NVIDIA GPU: NVML works but reports no GPU",
+                fix="check nvidia-smi; in a container, start it with --gpus all",
+                driver_version=driver,
+                nvml_version=nvml_v,
+                cuda_version=cuda_v,
+            )
+        return NvmlFacts(True, None, None, driver, nvml_v, cuda_v, tuple(gpus))
+    except pynvml.NVMLError as exc:
+        return NvmlFacts(ok=False, reason=f"NVML query failed: {exc}", fix="check nvidia-smi")
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _optional(fn: Callable[[], T]) -> T | None:
+    assert pynvml is not None
+    try:
+        return fn()
+    except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError):
+        return None
+
+
+@dataclass
+class _Device:
+    """Everything NvmlSource keeps about one GPU between ticks (keyed by UUID)."""
+
+    index: int
+    handle: Any
+    uuid: str
+    name: str
+    sm_clock_max_mhz: int | None = None
+    gpm: bool = False
+    lost: bool = False
+    unsupported: dict[str, str] = field(default_factory=dict)
+    choice: dict[str, int] = field(default_factory=dict)
+    gpm_metrics: tuple[int, ...] = _GPM_METRICS
+    gpm_samples: list[Any] = field(default_factory=list)
+    gpm_taken_at: float | None = None
+    gpm_primed: bool = False
+    gpm_values: dict[int, float | None] = field(default_factory=dict)
+    gpm_request: Any = None
+    energy: tuple[float, int] | None = None
+    power_limit_w: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    util_last_seen: int = 0
+
+
+class NvmlSource:
+    """The GPU source on a real (or LD_LIBRARY_PATH-chosen) NVML: a GpuSource."""
+
+    def __init__(
+        self,
+        process_interval_s: float = PROCESS_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+        proc_root: str = "/proc",
+    ) -> None:
+        self.process_interval_s = process_interval_s
+        self._clock = clock
+        self._proc_root = proc_root
+        self._status = SourceStatus("gpu", "nvml", False, "NVML not opened yet")
+        self._devices: dict[str, _Device] = {}
+        self._order: list[str] = []
+        self._notes: dict[str, tuple[int | None, str]] = {}
+        self._initialised = False
+        self._opened = False
+        self._next_process_refresh = 0.0
+        self._pids: HostPidMap | None = None
+
+    # ---- GpuSource -----------------------------------------------------------
+
+    @property
+    def status(self) -> SourceStatus:
+        return self._status
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What this source cannot report, each said once; GPUs sharing a note share a line.
+
+        ``status.reason`` joins them with "; " (no note contains one).
+        """
+        gpus_of: dict[str, list[int]] = {}
+        for gpu, text in self._notes.values():
+            gpus_of.setdefault(text, [])
+            if gpu is not None:
+                gpus_of[text].append(gpu)
+        return tuple(
+            f"{_gpu_list(gpus)}: {text}" if gpus else text for text, gpus in gpus_of.items()
+        )
+
+    def open(self) -> None:
+        """Initialise NVML once and read the static facts; failures become the status."""
+        if self._opened:
+            return
+        self._opened = True
+        if pynvml is None:
+            reason, fix = _init_failure(ImportError())
+            self._status = SourceStatus("gpu", "nvml", False, reason, fix)
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            reason, fix = _init_failure(exc)
+            self._status = SourceStatus("gpu", "nvml", False, reason, fix)
+            return
+        self._initialised = True
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+            for i in range(count):
+                self._discover(i)
+        except pynvml.NVMLError as exc:
+            self.close()
+            self._status = SourceStatus(
+                "gpu", "nvml", False, f"no NVIDIA GPU: NVML device query failed: {exc}"
+            )
+            return
+        if not self._order:
+            self.close()
+            self._status = SourceStatus(
+                "gpu",
+                "nvml",
+                False,
+                "no NVIDIA GPU: NVML works but reports no GPU",
+                "check nvidia-smi; in a container, start it with --gpus all",
+            )
+            return
+        self._pids = HostPidMap(self._proc_root)
+        self._update_status()
+
+    def read(self) -> GpuReading:
+        """One tick: every GPU's sample, and the GPU processes (refreshed at a slower cadence)."""
+        if not self._initialised:
+            return GpuReading()
+        now = self._clock()
+        refresh = now >= self._next_process_refresh
+        if refresh:
+            self._next_process_refresh = now + self.process_interval_s
+        samples: list[GpuSample] = []
+        for uuid in self._order:
+            dev = self._devices[uuid]
+            if not dev.lost:
+                try:
+                    samples.append(self._sample(dev, refresh))
+                    continue
+                except _Lost as exc:
+                    self._mark_lost(dev, exc)
+            samples.append(self._lost_sample(dev))
+        procs = tuple(p for uuid in self._order for p in self._devices[uuid].processes)
+        self._update_status()
+        return GpuReading(gpus=tuple(samples), processes=procs)
+
+    def close(self) -> None:
+        """Free GPM samples and shut NVML down; safe to call more than once."""
+        if not self._initialised or pynvml is None:
+            return
+        self._initialised = False
+        for dev in self._devices.values():
+            self._free_gpm(dev)
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+        self._status = SourceStatus("gpu", "nvml", False, "NVML closed")
+
+    # ---- discovery -------------------------------------------------------------
+
+    def _discover(self, index: int) -> None:
+        assert pynvml is not None
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+            name = _text(pynvml.nvmlDeviceGetName(handle))
+        except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
+            self._note(f"lost:{index}", index, f"lost ({exc}), not monitored")
+            return
+        except pynvml.NVMLError_NoPermission:
+            self._note(f"perm:{index}", index, "no permission to query it, skipped")
+            return
+        except pynvml.NVMLError as exc:
+            self._note(f"bad:{index}", index, f"unreadable ({exc}), skipped")
+            return
+        if uuid in self._devices:
+            self._note(
+                f"dup:{index}", index, f"same UUID as GPU {self._devices[uuid].index}, skipped"
+            )
+            return
+        dev = _Device(index=index, handle=handle, uuid=uuid, name=name)
+        dev.sm_clock_max_mhz = _optional(
+            lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, _CLOCK_SM))
+        )
+        supported, why = _gpm_support(handle)
+        if supported:
+            dev.gpm = self._alloc_gpm(dev)
+        else:
+            self._note_sm_na(dev, why or "GPM not available")
+        self._devices[uuid] = dev
+        self._order.append(uuid)
+
+    def _alloc_gpm(self, dev: _Device) -> bool:
+        assert pynvml is not None
+        try:
+            for _ in range(2):
+                dev.gpm_samples.append(pynvml.nvmlGpmSampleAlloc())
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
+            self._free_gpm(dev)
+            self._note_sm_na(dev, f"GPM sample allocation failed: {exc}")
+            return False
+        return True
+
+    def _free_gpm(self, dev: _Device) -> None:
+        assert pynvml is not None
+        for s in dev.gpm_samples:
+            try:
+                pynvml.nvmlGpmSampleFree(s)
+            except pynvml.NVMLError:
+                pass
+        dev.gpm_samples = []
+        dev.gpm = False
+
+    # ---- one device, one tick ------------------------------------------------
+
+    def _sample(self, dev: _Device, refresh: bool) -> GpuSample:
+        assert pynvml is not None
+        h = dev.handle
+        util = self._call(dev, "GPU_UTIL", [lambda: pynvml.nvmlDeviceGetUtilizationRates(h)])
+        mem = self._call(dev, "memory", [lambda: pynvml.nvmlDeviceGetMemoryInfo(h)])
+        power_mw = self._call(dev, "power", [lambda: pynvml.nvmlDeviceGetPowerUsage(h)])
+        temp = self._call(
+            dev, "temperature", [lambda: pynvml.nvmlDeviceGetTemperature(h, _TEMPERATURE_GPU)]
+        )
+        clock = self._call(dev, "SM clock", [lambda: pynvml.nvmlDeviceGetClockInfo(h, _CLOCK_SM)])
+        reasons = self._call(
+            dev,
+            "clock-event reasons",
+            [
+                lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+                lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h),
+            ],
+        )
+        power_avg_w = self._power_avg(dev)
+        self._gpm(dev)
+        if refresh:
+            limit = self._call(
+                dev, "power limit", [lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h)]
+            )
+            dev.power_limit_w = None if limit is None else limit / 1000.0
+            dev.processes = self._processes(dev)
+        g = dev.gpm_values
+        return GpuSample(
+            index=dev.index,
+            uuid=dev.uuid,
+            name=dev.name,
+            util=None if util is None else float(util.gpu),
+            mem_util=None if util is None else float(util.memory),
+            sm_active=g.get(GPM_SM_UTIL),
+            sm_occupancy=g.get(GPM_SM_OCCUPANCY),
+            tensor_active=g.get(GPM_ANY_TENSOR_UTIL),
+            dram_active=g.get(GPM_DRAM_BW_UTIL),
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_w=dev.power_limit_w,
+            power_avg_w=power_avg_w,
+            mem_used_mib=None if mem is None else int(mem.used) >> 20,
+            mem_total_mib=None if mem is None else int(mem.total) >> 20,
+            temperature_c=None if temp is None else float(temp),
+            sm_clock_mhz=None if clock is None else int(clock),
+            sm_clock_max_mhz=dev.sm_clock_max_mhz,
+            throttle=() if reasons is None else decode_throttle(int(reasons)),
+            state="ok",
+        )
+
+    def _lost_sample(self, dev: _Device) -> GpuSample:
+        return GpuSample(
+            index=dev.index,
+            uuid=dev.uuid,
+            name=dev.name,
+            util=None,
+            sm_active=None,
+            power_w=None,
+            power_limit_w=None,
+            mem_used_mib=None,
+            mem_total_mib=None,
+            sm_clock_max_mhz=dev.sm_clock_max_mhz,
+            state="lost",
+        )
+
+    def _call(self, dev: _Device, key: str, calls: Sequence[Callable[[], T]]) -> T | None:
+        """Try ``calls`` (newest API first); remember what a device cannot do.
+
+        FunctionNotFound / NVMLLibraryMismatchError / an unknown struct version mean
+        an older driver: move on to the next, older call for good. NOT_SUPPORTED and
+        NO_PERMISSION are remembered so the call is never retried. Other errors are
+        n/a for this tick only. GPU_IS_LOST / RESET_REQUIRED raise _Lost.
+        """
+        assert pynvml is not None
+        if key in dev.unsupported:
+            return None
+        for i in range(dev.choice.get(key, 0), len(calls)):
+            try:
+                value = calls[i]()
+            except (
+                pynvml.NVMLError_FunctionNotFound,
+                pynvml.NVMLLibraryMismatchError,
+                pynvml.NVMLError_ArgumentVersionMismatch,
+            ):
+                continue
+            except pynvml.NVMLError_NotSupported:
+                self._unsupported(dev, key, "not supported")
+                return None
+            except pynvml.NVMLError_NoPermission:
+                self._unsupported(dev, key, "no permission")
+                return None
+            except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
+                raise _Lost(str(exc)) from None
+            except pynvml.NVMLError:
+                return None
+            dev.choice[key] = i
+            return value
+        self._unsupported(dev, key, "not in this driver's NVML")
+        return None
+
+    def _unsupported(self, dev: _Device, key: str, why: str) -> None:
+        dev.unsupported[key] = why
+        self._note(f"na:{dev.uuid}:{key}", dev.index, f"{key} n/a ({why})")
+
+    def _note_sm_na(self, dev: _Device, why: str) -> None:
+        self._note(
+            f"sm:{dev.uuid}",
+            dev.index,
+            f"SM activity n/a ({why}), so the diagnosis leans on power",
+        )
+
+    def _mark_lost(self, dev: _Device, exc: _Lost) -> None:
+        dev.lost = True
+        dev.processes = ()
+        self._free_gpm(dev)
+        self._note(
+            f"lost:{dev.uuid}", dev.index, f"lost ({exc}), it needs a reset, then restart gputop"
+        )
+
+    def _power_avg(self, dev: _Device) -> float | None:
+        """Average power since the previous tick from the energy counter (mJ)."""
+        assert pynvml is not None
+        h = dev.handle
+        mj = self._call(
+            dev, "energy counter", [lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h)]
+        )
+        if mj is None:
+            return None
+        now = time.monotonic()
+        prev, dev.energy = dev.energy, (now, int(mj))
+        if prev is None or now <= prev[0] or int(mj) < prev[1]:
+            return None
+        return round((int(mj) - prev[1]) / 1000.0 / (now - prev[0]), 2)
+
+    # ---- GPM -------------------------------------------------------------------
+
+    def _gpm(self, dev: _Device) -> None:
+        """Take a GPM sample when >= 100 ms passed since the last; metrics from the pair."""
+        assert pynvml is not None
+        if not dev.gpm:
+            return
+        now = time.monotonic()
+        if dev.gpm_taken_at is not None and now - dev.gpm_taken_at < GPM_MIN_GAP_S:
+            return  # too close for a meaningful pair: keep the last values
+        older, newer = dev.gpm_samples[1], dev.gpm_samples[0]
+        try:
+            pynvml.nvmlGpmSampleGet(dev.handle, newer)
+        except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
+            raise _Lost(str(exc)) from None
+        except (
+            pynvml.NVMLError_NotSupported,
+            pynvml.NVMLError_FunctionNotFound,
+            pynvml.NVMLLibraryMismatchError,
+        ) as exc:
+            self._free_gpm(dev)
+            dev.gpm_values = {}
+            self._note_sm_na(dev, f"GPM sampling not supported: {exc}")
+            return
+        except pynvml.NVMLError:
+            dev.gpm_values = {}
+            return
+        dev.gpm_taken_at = now
+        dev.gpm_samples.reverse()  # the sample just taken becomes the older one next time
+        if not dev.gpm_primed:
+            dev.gpm_primed = True
+            return
+        dev.gpm_values = self._gpm_metrics(dev, older, newer)
+
+    def _gpm_metrics(self, dev: _Device, older: Any, newer: Any) -> dict[int, float | None]:
+        assert pynvml is not None
+        if dev.gpm_request is None:
+            # ~19 KB of ctypes (one slot per metric NVML knows): built once, reused
+            dev.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
+        req = dev.gpm_request
+        req.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        req.numMetrics = len(dev.gpm_metrics)
+        req.sample1 = older
+        req.sample2 = newer
+        for i, metric in enumerate(dev.gpm_metrics):
+            req.metrics[i].metricId = metric
+        try:
+            pynvml.nvmlGpmMetricsGet(req)
+        except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
+            raise _Lost(str(exc)) from None
+        except pynvml.NVMLError:
+            return {}
+        out: dict[int, float | None] = {}
+        keep: list[int] = []
+        dropped: list[int] = []
+        for i, metric in enumerate(dev.gpm_metrics):
+            m = req.metrics[i]
+            ret = int(m.nvmlReturn)
+            if ret == _NVML_SUCCESS:
+                out[metric] = round(min(100.0, max(0.0, float(m.value))), 2)
+                keep.append(metric)
+            elif ret == _NVML_NOT_SUPPORTED:
+                dropped.append(metric)  # remembered: never requested again on this device
+            else:
+                out[metric] = None
+                keep.append(metric)
+        dev.gpm_metrics = tuple(keep)
+        if GPM_SM_UTIL in dropped:
+            # the headline metric: one note covers the rest
+            self._note_sm_na(dev, "GPM SM_UTIL not supported")
+        else:
+            for metric in dropped:
+                self._unsupported(dev, _GPM_NAMES[metric], "not supported")
+        if not keep:
+            self._free_gpm(dev)
+        return out
+
+    # ---- processes -------------------------------------------------------------
+
+    def _processes(self, dev: _Device) -> tuple[GpuProcess, ...]:
+        assert pynvml is not None
+        h = dev.handle
+        running = self._call(
+            dev,
+            "process list",
+            [
+                lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
+                lambda: pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h),
+            ],
+        )
+        if running is None:
+            return ()
+        self._notes.pop(f"pid:{dev.uuid}", None)
+        sm = self._process_sm(dev)
+        out: list[GpuProcess] = []
+        for p in running:
+            host_pid = int(p.pid)
+            pid = self._pids.visible_pid(host_pid) if self._pids is not None else host_pid
+            if pid is None:
+                self._note_invisible(dev, host_pid)
+                continue
+            used = p.usedGpuMemory
+            out.append(
+                GpuProcess(
+                    pid=pid,
+                    gpu_index=dev.index,
+                    gpu_mem_mib=None if used is None else int(used) >> 20,
+                    sm_pct=sm.get(host_pid),
+                )
+            )
+        return tuple(out)
+
+    def _process_sm(self, dev: _Device) -> dict[int, float]:
+        """Mean SM % per host PID over the samples NVML took since the last refresh.
+
+        NOT_FOUND means no new samples: no process gets a value this refresh.
+        """
+        assert pynvml is not None
+        h = dev.handle
+        since = dev.util_last_seen
+
+        def newest() -> Any:
+            return _samples_or_none(lambda: pynvml.nvmlDeviceGetProcessesUtilizationInfo(h, since))
+
+        def older() -> Any:
+            return _samples_or_none(lambda: pynvml.nvmlDeviceGetProcessUtilization(h, since))
+
+        samples = self._call(dev, "per-process SM %", [newest, older])
+        if not samples:
+            return {}
+        per_pid: dict[int, list[float]] = {}
+        for s in samples:
+            per_pid.setdefault(int(s.pid), []).append(float(s.smUtil))
+            dev.util_last_seen = max(dev.util_last_seen, int(s.timeStamp))
+        return {pid: round(sum(v) / len(v), 1) for pid, v in per_pid.items()}
+
+    def _note_invisible(self, dev: _Device, host_pid: int) -> None:
+        if self._pids is not None and not self._pids.host_pids_visible:
+            self._note(
+                "pidns",
+                None,
+                f"GPU process {host_pid} on GPU {dev.index} is not visible: gputop runs in its "
+                "own PID namespace and NVML reports host PIDs (run the container with --pid=host)",
+            )
+        else:
+            self._note(
+                f"pid:{dev.uuid}",
+                dev.index,
+                f"process {host_pid} is not visible in /proc (exited, or hidden by hidepid)",
+            )
+
+    def _note(self, key: str, gpu: int | None, text: str) -> None:
+        self._notes[key] = (gpu, text)
+
+    def _update_status(self) -> None:
+        self._status = SourceStatus("gpu", "nvml", True, "; ".join(self.notes) or None)
+
+
+def _gpu_list(indices: Sequence[int]) -> str:
+    """'GPU 3', or 'GPUs 0-7' for a run, or 'GPUs 0, 2, 5'."""
+    ix = sorted(set(indices))
+    if len(ix) == 1:
+        return f"GPU {ix[0]}"
+    if ix == list(range(ix[0], ix[-1] + 1)):
+        return f"GPUs {ix[0]}-{ix[-1]}"
+    return "GPUs " + ", ".join(str(i) for i in ix)
+
+
+def _samples_or_none(fn: Callable[[], Any]) -> Any:
+    """Process-utilisation samples, or None when NVML has none newer (NOT_FOUND)."""
+    assert pynvml is not None
+    try:
+        return fn()
+    except pynvml.NVMLError_NotFound:
+        return None
+
+
+__all__ = [
+    "GPM_MIN_GAP_S",
+    "PROCESS_REFRESH_S",
+    "GpuFacts",
+    "NvmlFacts",
+    "NvmlSource",
+    "decode_throttle",
+    "probe_nvml",
+]
