@@ -25,6 +25,7 @@ from typing import Any
 
 from gputop.runtime import Options
 from gputop.sources.bcc_loader import INSTALL_FIX, find_bcc
+from gputop.sources.nvml import NvmlFacts, probe_nvml
 
 CAP_SYS_PTRACE = 19
 CAP_SYS_ADMIN = 21
@@ -49,23 +50,9 @@ class Check:
 # ---- GPU ------------------------------------------------------------------------
 
 
-def _probe_nvml() -> Any:
-    # Looked up at run time: builds without the NVML source still run the doctor.
-    return importlib.import_module("gputop.sources.nvml").probe_nvml()
-
-
-def check_nvml(probe: Callable[[], Any] = _probe_nvml) -> list[Check]:
+def check_nvml(probe: Callable[[], NvmlFacts] = probe_nvml) -> list[Check]:
     """NVML library and driver, then GPM (SM activity) support for each GPU."""
-    try:
-        facts = probe()
-    except (ImportError, AttributeError):
-        reason = "this gputop build has no NVML source"
-        return [
-            Check("NVML library + driver", False, reason),
-            Check("GPM SM activity", False, reason),
-        ]
-    except Exception as exc:  # noqa: BLE001 - the probe's failure is the finding
-        return [Check("NVML library + driver", False, f"NVML probe failed: {exc!r}")]
+    facts = probe()
     if not facts.ok:
         return [
             Check("NVML library + driver", False, str(facts.reason), facts.fix),
@@ -422,7 +409,9 @@ def format_report(checks: Sequence[Check], title: str, columns: int = 100) -> st
     lines = [title, ""]
     for c in checks:
         mark = "ok" if c.ok else "NO"
-        why = textwrap.wrap(c.why, text_width) or [""]
+        why = textwrap.wrap(c.why, text_width, break_on_hyphens=False, break_long_words=False) or [
+            ""
+        ]
         lines.append(f"  {c.name:<{width}}  {mark:<2}  {why[0]}")
         lines.extend(indent + w for w in why[1:])
         if c.fix:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import math
 import os
@@ -110,19 +109,10 @@ def _cgroup_cpu_max(proc_root: str, cgroup_root: str) -> str | None:
 
 
 def _nvml_facts() -> dict[str, Any]:
-    try:
-        # Looked up at run time: builds without the NVML source still write bundles.
-        probe_nvml = importlib.import_module("gputop.sources.nvml").probe_nvml
-    except (ImportError, AttributeError):
-        return {"ok": False, "reason": "this gputop build has no NVML source", "fix": None}
-    try:
-        facts = probe_nvml()
-    except Exception as exc:  # noqa: BLE001 - a probe failure is a fact, not a crash
-        return {"ok": False, "reason": f"NVML probe failed: {exc!r}", "fix": None}
-    if dataclasses.is_dataclass(facts) and not isinstance(facts, type):
-        out: dict[str, Any] = _jsonable(dataclasses.asdict(facts))
-        return out
-    return {"ok": False, "reason": f"unexpected NVML probe result {type(facts).__name__}"}
+    from gputop.sources.nvml import probe_nvml
+
+    facts: dict[str, Any] = _jsonable(dataclasses.asdict(probe_nvml()))
+    return facts
 
 
 def collect_meta(

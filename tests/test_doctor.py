@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +29,8 @@ from gputop.doctor import (
     format_report,
     run_checks,
 )
+from gputop.sources.nvml import NvmlFacts
+from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -201,12 +204,57 @@ def test_bcc_present_names_its_version() -> None:
     assert c.ok and c.why == "bcc 0.26.0 from /usr/lib/python3/dist-packages"
 
 
-def test_nvml_missing_from_the_build_is_reported_not_raised() -> None:
-    def probe() -> object:
-        raise ImportError("no module named gputop.sources.nvml")
+def test_nvml_failure_gives_the_probes_reason_and_fix() -> None:
+    facts = NvmlFacts(ok=False, reason="NVIDIA driver not loaded", fix="modprobe nvidia")
+    nvml, gpm = check_nvml(lambda: facts)
+    assert (nvml.ok, nvml.why, nvml.fix) == (False, "NVIDIA driver not loaded", "modprobe nvidia")
+    assert not gpm.ok and "see NVML above" in gpm.why
 
-    checks = check_nvml(probe)
-    assert [c.ok for c in checks] == [False, False]
+
+def test_doctor_with_fake_nvml_lists_versions_and_gpm_per_gpu(tmp_path: Path) -> None:
+    fake = FakeNvml(
+        tmp_path,
+        [
+            FakeGpu(util=[97], sm_util=[12]),
+            FakeGpu(name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, gpm=False),
+        ],
+    )
+    r = _doctor([], fake.env())
+    assert r.returncode == 0, r.stderr
+    nvml = _row(r.stdout, "NVML library + driver")
+    assert " ok " in nvml
+    assert "driver 550.54.15, NVML 12.550.54.15, CUDA 12.4; 2 GPUs" in nvml
+    assert " ok " in _row(r.stdout, "GPM SM activity, GPU 0")
+    gpu1 = _row(r.stdout, "GPM SM activity, GPU 1")
+    assert " NO " in gpu1 and "NVIDIA A100-SXM4-80GB" in gpu1
+    lines = r.stdout.splitlines()
+    assert "fix: GPM needs a Hopper or newer" in lines[lines.index(gpu1) + 1]
+    assert "GPU signals: NVML (GPU_UTIL and power only" in r.stdout
+
+
+def test_doctor_with_the_driver_not_loaded(tmp_path: Path) -> None:
+    fake = FakeNvml(tmp_path, [FakeGpu()], init_error=DRIVER_NOT_LOADED)
+    r = _doctor([], fake.env())
+    assert r.returncode == 0, r.stderr
+    nvml = _row(r.stdout, "NVML library + driver")
+    assert " NO " in nvml
+    facts = _probe_in(fake.env())
+    assert facts["reason"] in nvml
+    lines = r.stdout.splitlines()
+    assert lines[lines.index(nvml) + 1].strip() == f"fix: {facts['fix']}"
+
+
+def _probe_in(env: dict[str, str]) -> dict[str, str]:
+    code = (
+        "import dataclasses, json\n"
+        "from gputop.sources.nvml import probe_nvml\n"
+        "print(json.dumps(dataclasses.asdict(probe_nvml())))\n"
+    )
+    out = subprocess.run(
+        [PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    facts: dict[str, str] = json.loads(out.stdout)
+    return facts
 
 
 def test_a_build_without_the_probe_says_so() -> None:
@@ -236,14 +284,16 @@ def test_report_is_aligned_and_puts_fixes_under_their_check() -> None:
     assert "1 of 2 checks pass." in text
 
 
-def _doctor(cmd_prefix: list[str]) -> subprocess.CompletedProcess[str]:
+def _doctor(
+    cmd_prefix: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*cmd_prefix, PY, "-m", "gputop", "doctor"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**(os.environ if env is None else env), "COLUMNS": "200"},
     )
 
 

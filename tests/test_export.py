@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -31,6 +32,7 @@ from gputop.model.frame import (
     Sources,
     Verdict,
 )
+from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -98,11 +100,13 @@ def _families(text: str) -> dict[str, list[Sample]]:
     return out
 
 
-def _one(fams: dict[str, list[Sample]], name: str, **labels: str) -> float:
+def _one(fams: dict[str, list[Sample]], metric: str, /, **labels: str) -> float:
     hits = [
-        s.value for s in fams.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items())
+        s.value
+        for s in fams.get(metric, [])
+        if all(s.labels.get(k) == v for k, v in labels.items())
     ]
-    assert len(hits) == 1, (name, labels, fams.get(name))
+    assert len(hits) == 1, (metric, labels, fams.get(metric))
     return hits[0]
 
 
@@ -182,19 +186,20 @@ def test_bad_listen_addresses(text: str) -> None:
 # ---- real processes over loopback ----------------------------------------------------
 
 
-def _run_export(*args: str) -> subprocess.Popen[str]:
+def _run_export(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [PY, "-m", "gputop", "export", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
-@pytest.fixture
-def exporter() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", "--no-bpf")
+@contextlib.contextmanager
+def _exporting(env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", "--no-bpf", env=env)
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
@@ -205,6 +210,55 @@ def exporter() -> Iterator[tuple[subprocess.Popen[str], str]]:
         if p.poll() is None:
             p.terminate()
         p.wait(timeout=30)
+
+
+@pytest.fixture
+def exporter() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    with _exporting() as running:
+        yield running
+
+
+def test_real_scrape_of_fake_nvml_gpus_and_a_gpu_process(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(
+        [PY, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert sleeper.stdout is not None and sleeper.stdout.readline() == "ready\n"
+    comm = Path(f"/proc/{sleeper.pid}/comm").read_text().strip()
+    fake = FakeNvml(
+        tmp_path,
+        [
+            FakeGpu(
+                util=[97],
+                sm_util=[12],
+                power_w=[140],
+                mem_used_mib=[62000],
+                throttle=[SW_POWER_CAP],
+                processes=[FakeProc(pid=sleeper.pid, mem_mib=60000, sm_pct=11)],
+            ),
+            FakeGpu(name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, gpm=False, util=[55]),
+        ],
+    )
+    try:
+        with _exporting(fake.env()) as (_p, url):
+            fams = _wait_for_frame(url)
+    finally:
+        sleeper.terminate()
+        sleeper.wait(timeout=10)
+    g0 = {"gpu": "0", "uuid": fake_uuid(0), "name": "NVIDIA H100 80GB HBM3"}
+    assert _one(fams, "gputop_gpu_utilization_percent", **g0) == 97.0
+    assert _one(fams, "gputop_gpu_sm_active_percent", **g0) == 12.0
+    assert _one(fams, "gputop_gpu_power_watts", **g0) == 140.0
+    assert _one(fams, "gputop_gpu_memory_used_bytes", **g0) == 62000 * 2**20
+    assert _one(fams, "gputop_gpu_throttle_reason", reason="sw_power_cap", **g0) == 1.0
+    assert _one(fams, "gputop_gpu_utilization_percent", gpu="1", uuid=fake_uuid(1)) == 55.0
+    # GPU 1 has no GPM: its SM activity is absent, not 0.
+    assert [s.labels["gpu"] for s in fams["gputop_gpu_sm_active_percent"]] == ["0"]
+    assert _one(fams, "gputop_source_info", gpu_source="nvml") == 1.0
+    pid = str(sleeper.pid)
+    assert _one(fams, "gputop_process_gpu_memory_bytes", pid=pid, role="trainer") == 60000 * 2**20
+    assert _one(fams, "gputop_process_cpu_percent", pid=pid, comm=comm) >= 0.0
 
 
 def _fetch(url: str) -> str:

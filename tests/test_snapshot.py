@@ -38,6 +38,8 @@ from gputop.snapshot import (
     load_bundle,
     write_bundle,
 )
+from tests.contract import check_frame
+from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -454,6 +456,71 @@ def test_snapshot_command_writes_a_bundle_and_prints_its_path(tmp_path: Path) ->
     pids = {int(p) for p in os.listdir("/proc") if p.isdigit()}
     assert len(b.processes) >= 0.5 * len(pids) > 0
     assert any(s["name"] == "sched" for s in b.meta["sources"])
+
+
+def test_snapshot_with_fake_nvml_has_gpu_frames_driver_facts_and_the_gpu_process(
+    tmp_path: Path,
+) -> None:
+    sleeper = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", "--token=abc123secret"])
+    try:
+        fake = FakeNvml(
+            tmp_path / "nvml",
+            [
+                FakeGpu(
+                    util=[97],
+                    sm_util=[12],
+                    power_w=[140],
+                    throttle=[SW_POWER_CAP],
+                    processes=[FakeProc(pid=sleeper.pid, mem_mib=60000, sm_pct=11)],
+                ),
+                FakeGpu(name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, gpm=False),
+            ],
+        )
+        out = tmp_path / "s.json"
+        r = subprocess.run(
+            [
+                PY,
+                "-m",
+                "gputop",
+                "snapshot",
+                "--duration",
+                "0.6",
+                "--interval",
+                "0.2",
+                "--no-bpf",
+                "-o",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=fake.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sleeper.terminate()
+        sleeper.wait(timeout=10)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    for f in doc["frames"]:
+        check_frame(f)
+    b = load_bundle(str(out))
+    nvml = b.meta["nvml"]
+    assert (nvml["ok"], nvml["driver_version"], nvml["cuda_version"]) == (True, "550.54.15", "12.4")
+    assert [(g["index"], g["uuid"], g["gpm_supported"]) for g in nvml["gpus"]] == [
+        (0, fake_uuid(0), True),
+        (1, fake_uuid(1), False),
+    ]
+    last = b.frames[-1]
+    assert [(g.util, g.sm_active, g.power_w) for g in last.gpus] == [
+        (97.0, 12.0, 140.0),
+        (0.0, None, 100.0),
+    ]
+    assert last.gpus[0].throttle == ("sw_power_cap",)
+    holder = next(p for p in b.processes if p.pid == sleeper.pid)
+    assert (holder.role, holder.gpus, holder.gpu_mem_mib) == ("trainer", (0,), 60000)
+    assert holder.cmdline.endswith(f"--token={REDACTED}")
+    assert next(s for s in b.meta["sources"] if s["name"] == "gpu")["live"] is True
 
 
 def test_snapshot_command_reports_an_unwritable_output_in_one_line(tmp_path: Path) -> None:
