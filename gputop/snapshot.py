@@ -10,6 +10,7 @@ problem into one ``UsageError`` line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -376,6 +377,7 @@ def write_bundle(
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise UsageError(f"cannot write a snapshot in {directory}: {exc.strerror}") from None
+    shown = directory
     try:
         if name is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -383,14 +385,21 @@ def write_bundle(
         stem = name[:-5] if name.endswith(".json") else name
         svg_name = f"{stem}.svg" if svg is not None else None
         data = encode_bundle(frames, meta, redact, svg_name)
+        if svg is not None and svg_name is not None:
+            shown = os.path.join(directory, svg_name)
+            atomic_write(dfd, svg_name, svg.encode("utf-8"), shown)
         shown = os.path.join(directory, name)
         try:
-            if svg is not None and svg_name is not None:
-                atomic_write(dfd, svg_name, svg.encode("utf-8"), os.path.join(directory, svg_name))
             atomic_write(dfd, name, data, shown)
-        except OSError as exc:
-            raise UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
+        except BaseException:
+            # A screenshot without its bundle is of no use to anyone.
+            if svg_name is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(svg_name, dir_fd=dfd)
+            raise
         return shown
+    except OSError as exc:
+        raise UsageError(f"cannot write {shown}: {exc.strerror or exc}") from None
     finally:
         os.close(dfd)
 

@@ -221,7 +221,7 @@ _FAILING_WRITER = textwrap.dedent(
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
     try:
-        write_bundle(frames, {}, None, None, True, path=sys.argv[2])
+        write_bundle(frames, {}, None, "<svg/>", True, path=sys.argv[2])
     except UsageError as exc:
         print(exc)
         sys.exit(2)
@@ -230,7 +230,7 @@ _FAILING_WRITER = textwrap.dedent(
 )
 
 
-def test_a_write_failing_midway_leaves_the_old_file_and_no_partial_file(tmp_path: Path) -> None:
+def test_a_write_failing_midway_leaves_the_old_file_and_no_partial_or_orphan_file(tmp_path: Path) -> None:
     src = write_bundle(
         [synthetic_frame(i) for i in range(100)],
         META,
