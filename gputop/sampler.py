@@ -19,6 +19,8 @@ from gputop.sources.base import GpuSource, NoGpuSource, ProbeReading, SchedProbe
 from gputop.sources.procfs import HostReading, ProcSource
 
 MIN_INTERVAL_S = 0.1
+# The first frame's rates cover at most this long, so the TUI shows data within a second.
+FIRST_FRAME_S = 0.5
 
 
 class Diagnoser(Protocol):
@@ -113,7 +115,7 @@ class Sampler:
         # Prime the rate counters so the first emitted frame has real rates.
         self.tick()
         start = time.monotonic()
-        next_at = start + self.interval_s
+        next_at = start + min(self.interval_s, FIRST_FRAME_S)
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             began = time.monotonic()
             on_frame(self.tick())

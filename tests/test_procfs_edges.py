@@ -56,7 +56,7 @@ def test_reused_pid_does_not_inherit_counters(tree):
     tree.remove(100)
     new = FakeProc(100, ticks=10, start=2000, threads=[FakeThread(100, invol=4)])
     tree.write(new)
-    got = by_pid(src.read(now=2.0))[100]
+    got = by_pid(src.read(now=2.0, gpu_pids=[100]))[100]
     assert got.start_time == 2000
     assert got.cpu_pct == 0.0  # new process: no previous sample, no negative or huge rate
     assert got.preempt_total == 4
@@ -185,3 +185,14 @@ def test_parse_status_needs_both_switch_counters():
     assert parse_status_ctxt(
         b"Name:\tx\nvoluntary_ctxt_switches:\t3\nnonvoluntary_ctxt_switches:\t4"
     ) == ("x", 3, 4)
+
+
+def test_idle_processes_leave_the_top_list_once_rates_exist(tree):
+    busy, idle = FakeProc(100, ticks=0), FakeProc(101, ticks=0)
+    tree.write(busy)
+    tree.write(idle)
+    src = ProcSource(str(tree.root), top_n=5)
+    assert set(by_pid(src.read(now=1.0))) == {100, 101}  # no rates yet: show what there is
+    busy.ticks = 10
+    tree.write(busy)
+    assert set(by_pid(src.read(now=2.0))) == {100}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -127,7 +128,11 @@ def test_real_pytorch_dataloader_workers_group_under_trainer(tmp_path, ctx):
     pytest.importorskip("torch", reason="needs the CPU PyTorch wheel (the torch extra)")
     script = tmp_path / "train.py"
     script.write_text(TORCH_LOOP)
-    p = subprocess.Popen([sys.executable, str(script), ctx], stdout=subprocess.PIPE)
+    # Own session: the forkserver and its workers outlive a killed trainer otherwise.
+    p = subprocess.Popen(
+        [sys.executable, str(script), ctx], stdout=subprocess.PIPE, start_new_session=True
+    )
+    mine: list = []
     try:
         assert p.stdout is not None
         assert p.stdout.readline().strip() == b"ready"
@@ -152,4 +157,17 @@ def test_real_pytorch_dataloader_workers_group_under_trainer(tmp_path, ctx):
             # The forkserver sits between trainer and workers; it is not the trainer.
             assert all(w.ppid != p.pid for w in mine)
     finally:
-        kill_all([p])
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(w.pid) for w in mine) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w.pid) for w in mine), "DataLoader workers leaked"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ")[1][:1] != b"Z"
+    except OSError:
+        return False

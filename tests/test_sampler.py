@@ -51,9 +51,13 @@ class ScriptedGpu:
         self.closed = True
 
 
+# Idle processes drop out of the table once rates exist; a DataLoader worker never does.
+WORKER = "pt_data_worker"
+
+
 def tiny_procs(tmp_path) -> ProcSource:
     tree = FakeProcTree(tmp_path / "proc")
-    tree.write(FakeProc(100))
+    tree.write(FakeProc(100, comm=WORKER))
     return ProcSource(str(tree.root))
 
 
@@ -141,11 +145,11 @@ def test_history_is_bounded_and_series_share_one_time_axis(tmp_path):
 
 def test_history_pads_late_and_gone_entries_with_none(tmp_path):
     tree = FakeProcTree(tmp_path / "proc")
-    tree.write(FakeProc(100))
+    tree.write(FakeProc(100, comm=WORKER))
     s = Sampler(procs=ProcSource(str(tree.root)))
     h = History(window_s=4, interval_s=1)
     h.add(s.tick())
-    tree.write(FakeProc(200, start=5))
+    tree.write(FakeProc(200, start=5, comm=WORKER))
     h.add(s.tick())
     tree.remove(100)
     h.add(s.tick())

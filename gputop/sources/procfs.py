@@ -284,8 +284,10 @@ class ProcSource:
             lambda p: self.cmdline(p, stats[p].start) if p in stats else "",
         )
         chosen = set(roles) | gpu_set
+        # Once rates exist, idle processes are not "top CPU consumers": they would
+        # only pad the table.
         others = sorted(
-            (p for p in stats if p not in chosen),
+            (p for p in stats if p not in chosen and (dt is None or cpu_pct[p] > 0)),
             key=lambda p: cpu_pct[p],
             reverse=True,
         )

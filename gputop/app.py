@@ -1,0 +1,563 @@
+"""The Textual TUI: renders Frames delivered by a feed; never calls a source itself.
+
+Live and demo: a Sampler thread hands each Frame to ``GputopApp.offer_frame``,
+which queues it and posts one ``FrameArrived`` wake-up at a time (backpressure:
+while the UI is behind, frames pile up in the inbox instead of the message
+queue, and the next wake-up drains them all with one render). Replay: the
+frames are loaded at once and ← → move along the timeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from collections import deque
+from dataclasses import replace
+from typing import Any, ClassVar, Protocol
+
+from textual import events, on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid
+from textual.message import Message
+from textual.widgets import Footer
+
+from gputop.config import Config, load_config
+from gputop.errors import UsageError
+from gputop.model.frame import Frame, ProcessSample, SourceStatus
+from gputop.model.history import History
+from gputop.runtime import Options
+from gputop.screens.help import HelpScreen
+from gputop.screens.kill import KillScreen
+from gputop.screens.process import ProcessScreen
+from gputop.screens.sort import SortScreen
+from gputop.widgets.banner import VerdictBanner
+from gputop.widgets.filter_input import FilterInput
+from gputop.widgets.gpu_panel import GpuPanel
+from gputop.widgets.process_table import COLUMN_KEYS, COLUMNS, ProcessTable
+from gputop.widgets.status_line import StatusInfo, StatusLine
+
+HISTORY_WINDOW_S = 600.0
+GPU_PANEL_MIN_W = 38
+FEED_CHECK_S = 5.0
+# Actions on the process table: off while a drill-down or dialog is on top.
+MAIN_SCREEN_ACTIONS = frozenset(
+    {"filter", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub"}
+)
+
+
+class FrameArrived(Message):
+    """A new frame is in the inbox (posted from the sampler thread)."""
+
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+
+class Feed(Protocol):
+    """Where frames come from. The app only starts, stops and asks for statuses."""
+
+    live: bool
+
+    def start(self, app: GputopApp) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def statuses(self) -> list[SourceStatus]: ...
+
+
+class SamplerFeed:
+    """Live or demo data: the sampler's thread offers every frame to the app."""
+
+    live = True
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def start(self, app: GputopApp) -> None:
+        self.sampler.start(app.offer_frame)
+
+    def stop(self) -> None:
+        self.sampler.close()
+
+    def statuses(self) -> list[SourceStatus]:
+        return list(self.sampler.statuses())
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the sampler thread stopped, if it did."""
+        error: BaseException | None = self.sampler.error
+        return error
+
+
+class ReplayFeed:
+    """A recorded list of frames (a snapshot bundle or test fixture) on a timeline."""
+
+    live = False
+
+    def __init__(self, frames: list[Frame], meta: dict[str, Any] | None = None) -> None:
+        self.frames = frames
+        self.meta = meta or {}
+
+    def start(self, app: GputopApp) -> None:
+        app.load_timeline(self.frames)
+
+    def stop(self) -> None:
+        return None
+
+    def statuses(self) -> list[SourceStatus]:
+        return []
+
+
+def _send_signal(p: ProcessSample, sig: int) -> str:
+    """Signal the process if it is still the same one (pid and start time); say what happened."""
+    from gputop.sources.procfs import parse_stat
+
+    try:
+        with open(f"/proc/{p.pid}/stat", "rb") as fh:
+            st = parse_stat(fh.read())
+    except OSError:
+        return f"PID {p.pid} has already exited"
+    if st is None or st.start != p.start_time:
+        return f"PID {p.pid} is now a different process; not signalled"
+    try:
+        os.kill(p.pid, sig)
+    except ProcessLookupError:
+        return f"PID {p.pid} has already exited"
+    except PermissionError:
+        return f"not permitted to signal PID {p.pid}"
+    return f"sent {signal.Signals(sig).name} to PID {p.pid}"
+
+
+class GputopApp(App[int]):
+    """The main screen: verdict banner, one panel per GPU, process table, status line."""
+
+    TITLE = "gputop"
+    # Every action has a key; the palette's footer hint would push "q Quit" off an 80-column footer.
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    Screen { layout: vertical; }
+    #gpus { height: auto; max-height: 50%; grid-gutter: 0 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1,question_mark", "help", "Help", id="help"),
+        Binding("slash", "filter", "Filter", id="filter"),
+        Binding("f6", "sort_menu", "Sort", id="sort"),
+        Binding("less_than_sign", "sort_step(-1)", "Sort col ←", show=False, id="sort_prev"),
+        Binding("greater_than_sign", "sort_step(1)", "Sort col →", show=False, id="sort_next"),
+        Binding("I", "invert", "Invert sort", show=False, id="invert"),
+        Binding("t", "tree", "Tree", id="tree"),
+        Binding("p", "pause", "Pause", id="pause"),
+        Binding("s", "snapshot", "Snap", id="snapshot"),
+        Binding("k", "kill", "Kill", id="kill"),
+        Binding("q,f10", "quit", "Quit", id="quit"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="back"),
+        Binding("left", "scrub(-1)", "Earlier", show=False, priority=True, id="scrub_back"),
+        Binding("right", "scrub(1)", "Later", show=False, priority=True, id="scrub_forward"),
+    ]
+    # What the help screen says beyond the binding descriptions.
+    KEY_HELP: ClassVar[dict[str, str]] = {
+        "help": "this help",
+        "filter": "filter processes (pid, user, role, command); Enter keeps it, Esc clears",
+        "sort": "choose the sort column",
+        "sort_prev": "sort by the column to the left",
+        "sort_next": "sort by the column to the right",
+        "invert": "invert the sort order",
+        "tree": "DataLoader workers under their trainer on/off",
+        "pause": "freeze the display (sampling continues)",
+        "snapshot": "write a snapshot bundle with a screenshot",
+        "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
+        "quit": "quit",
+        "back": "clear the filter / leave a screen",
+        "scrub_back": "replay: one frame earlier",
+        "scrub_forward": "replay: one frame later",
+    }
+
+    def __init__(
+        self,
+        feed: Feed,
+        *,
+        interval_s: float = 1.0,
+        readonly: bool = False,
+        redact: bool = True,
+        config: Config | None = None,
+    ) -> None:
+        super().__init__()
+        self.feed = feed
+        self.config = config or Config()
+        self.interval_s = interval_s
+        self.readonly = readonly
+        self.redact = redact
+        self.history = History(HISTORY_WINDOW_S, interval_s)
+        self.paused = False
+        self.timeline: list[Frame] = []
+        self.cursor = -1
+        self._inbox: deque[Frame] = deque()
+        self._inbox_lock = threading.Lock()
+        self._wake_pending = False
+        self._gpu_ids: tuple[str | None, ...] = ()
+        self._panels: list[GpuPanel] = []
+        self._feed_failed = False
+        if self.config.keys:
+            known = {b.id for b in self._bindings_list() if b.id}
+            unknown = sorted(set(self.config.keys) - known)
+            if unknown:
+                raise UsageError(
+                    f"{self.config.path or 'config'}: unknown key binding {unknown[0]!r} "
+                    f"(known: {', '.join(sorted(known))})"
+                )
+            self.set_keymap(self.config.keys)
+        if self.config.theme:
+            if self.config.theme not in self.available_themes:
+                raise UsageError(f"unknown theme {self.config.theme!r}")
+            self.theme = self.config.theme
+
+    @classmethod
+    def _bindings_list(cls) -> list[Binding]:
+        return [b for b in cls.BINDINGS if isinstance(b, Binding)]
+
+    # ---- layout ---------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield VerdictBanner(id="banner")
+        yield Grid(id="gpus")
+        yield ProcessTable(id="procs")
+        yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
+        yield StatusLine(id="status")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one(ProcessTable).focus()
+        self._status()
+        self.feed.start(self)
+        if self.feed.live:
+            self.set_interval(FEED_CHECK_S, self.check_feed)
+
+    def check_feed(self) -> None:
+        """Say once, loudly, if the feed's thread died (the screen would silently freeze)."""
+        error = getattr(self.feed, "error", None)
+        if error is not None and not self._feed_failed:
+            self._feed_failed = True
+            self.notify(
+                f"sampling stopped: {error!r}; the screen no longer updates",
+                severity="error",
+                timeout=3600,
+                markup=False,
+            )
+
+    def on_unmount(self) -> None:
+        self.feed.stop()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_gpus(event.size.width)
+
+    @property
+    def table(self) -> ProcessTable:
+        return self.query_one(ProcessTable)
+
+    # ---- frames in ------------------------------------------------------------
+
+    def offer_frame(self, frame: Frame) -> None:
+        """Thread-safe: queue a frame; post a wake-up unless one is already pending."""
+        with self._inbox_lock:
+            self._inbox.append(frame)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self.post_message(FrameArrived(frame))
+
+    @on(FrameArrived)
+    def _frames_arrived(self) -> None:
+        with self._inbox_lock:
+            frames = list(self._inbox)
+            self._inbox.clear()
+            self._wake_pending = False
+        for frame in frames:
+            self.history.add(frame)
+        if frames and not self.paused:
+            self.render_frame()
+
+    def load_timeline(self, frames: list[Frame]) -> None:
+        """Replay: take every frame at once and show the last one."""
+        self.timeline = list(frames)
+        self._seek(len(self.timeline) - 1)
+
+    def _seek(self, index: int) -> None:
+        if not self.timeline:
+            self.render_frame()
+            return
+        self.cursor = max(0, min(index, len(self.timeline) - 1))
+        interval = self.timeline[self.cursor].interval or self.interval_s
+        self.history = History(HISTORY_WINDOW_S, interval)
+        for frame in self.timeline[
+            max(0, self.cursor + 1 - self.history.capacity) : self.cursor + 1
+        ]:
+            self.history.add(frame)
+        self.render_frame()
+
+    # ---- rendering ------------------------------------------------------------
+
+    def render_frame(self) -> None:
+        """Show the newest frame in the history on every widget (and the open drill-down)."""
+        frame = self.history.last
+        if frame is not None:
+            self.query_one(VerdictBanner).show(frame.verdicts)
+            self._show_gpus(frame)
+            self.table.show(frame.processes)
+        self._status()
+        if isinstance(self.screen, ProcessScreen):
+            self.screen.history = self.history
+            self.screen.refresh_from_history()
+
+    def _show_gpus(self, frame: Frame) -> None:
+        ids: tuple[str | None, ...] = tuple(g.uuid for g in frame.gpus) or (None,)
+        if ids != self._gpu_ids:
+            self._gpu_ids = ids
+            self._panels = [GpuPanel(uuid) for uuid in ids]
+            grid = self.query_one("#gpus", Grid)
+            grid.remove_children()
+            grid.mount_all(self._panels)
+            self._layout_gpus(self.size.width)
+        panels = self._panels
+        if not frame.gpus:
+            reason = next((n for n in frame.sources.notes if n.startswith("gpu")), "")
+            panels[0].show(None, {}, reason.removeprefix("gpu: "))
+            return
+        for panel, gpu in zip(panels, frame.gpus, strict=False):
+            series = {
+                m: self.history.gpu_series(gpu.uuid, m) for m in ("util", "sm_active", "power_pct")
+            }
+            panel.show(gpu, series)
+
+    def _layout_gpus(self, width: int) -> None:
+        n = max(1, len(self._gpu_ids))
+        cols = max(1, min(n, width // GPU_PANEL_MIN_W))
+        grid = self.query_one("#gpus", Grid)
+        grid.styles.grid_size_columns = cols
+        grid.styles.grid_size_rows = -(-n // cols)
+        grid.styles.grid_rows = "3" if self._gpu_ids == (None,) else "5"
+
+    def _status(self) -> None:
+        col = next(c for c in COLUMNS if c.key == self.table.sort_key)
+        replay = ""
+        if self.timeline:
+            replay = f"replay {self.cursor + 1}/{len(self.timeline)} ←→"
+        self.query_one(StatusLine).show(
+            self.history.last,
+            StatusInfo(
+                paused=self.paused,
+                interval_s=self.interval_s,
+                sort=col.label + ("▼" if self.table.sort_reverse else "▲"),
+                tree=self.table.tree_mode,
+                needle=self.table.needle,
+                replay=replay,
+            ),
+        )
+
+    # ---- actions --------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in MAIN_SCREEN_ACTIONS and self.screen is not self.screen_stack[0]:
+            return False
+        if action == "scrub":
+            # Without a timeline, or while typing a filter, ← → are not for scrubbing.
+            return bool(self.timeline) and not isinstance(self.focused, FilterInput)
+        return True
+
+    def key_help(self) -> list[tuple[str, str]]:
+        """(keys, what they do) for every binding, with the config's remaps applied."""
+        out = []
+        for b in self._bindings_list():
+            keys = self.config.keys.get(b.id or "", b.key)
+            shown = ", ".join(self.get_key_display(Binding(k, "")) for k in keys.split(","))
+            out.append((shown, self.KEY_HELP.get(b.id or "", b.description)))
+        out[1:1] = [
+            ("↑ ↓ PgUp PgDn", "move the selection"),
+            ("Enter", "open the selected process (Esc returns)"),
+        ]
+        return out
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.key_help()))
+
+    def action_filter(self) -> None:
+        box = self.query_one(FilterInput)
+        box.add_class("-active")
+        box.focus()
+
+    @on(FilterInput.Changed)
+    def _filter_changed(self, event: FilterInput.Changed) -> None:
+        self.table.set_view(needle=event.value)
+        self._status()
+
+    @on(FilterInput.Submitted)
+    def _filter_done(self) -> None:
+        box = self.query_one(FilterInput)
+        if not box.value:
+            box.remove_class("-active")
+        self.table.focus()
+
+    @on(FilterInput.Cancelled)
+    def _filter_cancelled(self) -> None:
+        box = self.query_one(FilterInput)
+        box.value = ""
+        box.remove_class("-active")
+        self.table.set_view(needle="")
+        self.table.focus()
+        self._status()
+
+    def action_clear_filter(self) -> None:
+        if self.table.needle:
+            self._filter_cancelled()
+
+    def action_sort_menu(self) -> None:
+        def chosen(key: str | None) -> None:
+            if key is not None:
+                self._sort_by(key)
+
+        self.push_screen(SortScreen(self.table.sort_key), chosen)
+
+    def action_sort_step(self, step: int) -> None:
+        i = COLUMN_KEYS.index(self.table.sort_key)
+        self._sort_by(COLUMN_KEYS[(i + step) % len(COLUMN_KEYS)])
+
+    def _sort_by(self, key: str) -> None:
+        col = next(c for c in COLUMNS if c.key == key)
+        if key == self.table.sort_key:
+            self.table.set_view()
+        else:
+            self.table.set_view(sort_key=key, reverse=col.descending)
+        self._status()
+
+    def on_process_table_header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
+        if event.column == self.table.sort_key:
+            self.action_invert()
+        else:
+            self._sort_by(event.column)
+
+    def action_invert(self) -> None:
+        self.table.set_view(reverse=not self.table.sort_reverse)
+        self._status()
+
+    def action_tree(self) -> None:
+        self.table.set_view(tree=not self.table.tree_mode)
+        self._status()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            self.render_frame()
+        self._status()
+
+    def action_scrub(self, step: int) -> None:
+        self._seek(self.cursor + step)
+
+    def on_process_table_opened(self, event: ProcessTable.Opened) -> None:
+        self.push_screen(ProcessScreen(event.process.key, self.history, self.feed.live))
+
+    def action_kill(self) -> None:
+        if self.readonly:
+            self.notify("read-only mode (--readonly): killing is disabled", severity="warning")
+            return
+        if not self.feed.live:
+            self.notify("replay: these processes are not on this machine", severity="warning")
+            return
+        if isinstance(self.screen, ProcessScreen):
+            p = self.screen.process
+        else:
+            p = self.table.selected
+        if p is None:
+            return
+        target = p
+
+        def answered(sig: int | None) -> None:
+            if sig is not None:
+                self.notify(_send_signal(target, sig), markup=False)
+
+        self.push_screen(KillScreen(target), answered)
+
+    def action_snapshot(self) -> None:
+        try:
+            from gputop import snapshot  # type: ignore[attr-defined,unused-ignore]
+        except ImportError:
+            self.notify("snapshot support not installed", severity="warning")
+            return
+        frames = list(self.history.frames)
+        if not frames:
+            self.notify("nothing to snapshot yet", severity="warning")
+            return
+        svg = self.export_screenshot()
+        statuses = self.feed.statuses()
+
+        def write() -> None:
+            try:
+                meta = snapshot.collect_meta(statuses)
+                path = snapshot.write_bundle(
+                    frames, meta, self.config.snapshot_dir, svg, self.redact
+                )
+            except (UsageError, OSError) as exc:
+                self.call_from_thread(
+                    self.notify, f"snapshot failed: {exc}", severity="error", markup=False
+                )
+                return
+            self.call_from_thread(self.notify, f"snapshot saved: {path}", markup=False)
+
+        self.run_worker(write, thread=True, group="snapshot")
+
+
+def _replay_feed(path: str) -> ReplayFeed:
+    try:
+        from gputop.snapshot import load_bundle  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise UsageError("--replay needs snapshot support, not installed in this build") from None
+
+    bundle = load_bundle(path)
+    if not bundle.frames:
+        raise UsageError(f"{path}: the bundle holds no frames")
+    return ReplayFeed(list(bundle.frames), dict(bundle.meta))
+
+
+def configured_diagnoser(thresholds: dict[str, Any]) -> Any:
+    """A Diagnoser with the config's [thresholds] (checked there: bad ones are a UsageError)."""
+    try:
+        from gputop.model.diagnosis import (  # type: ignore[import-not-found,unused-ignore]
+            Diagnoser,
+            Thresholds,
+        )
+    except ImportError:
+        raise UsageError(
+            "[thresholds] in the config needs the diagnosis engine, not in this build"
+        ) from None
+    return Diagnoser(Thresholds.from_mapping(thresholds))
+
+
+def run_app(args: argparse.Namespace, opts: Options) -> int:
+    """The default command: the live TUI, a demo, or a replay of a snapshot bundle."""
+    config = load_config()
+    interval_s = opts.interval_s
+    # The command line's default is 1 s; a config interval applies unless one was given.
+    if config.interval_s is not None and interval_s == 1.0:
+        interval_s = config.interval_s
+        opts = replace(opts, interval_s=interval_s)
+    feed: Feed
+    if getattr(args, "replay", None):
+        feed = _replay_feed(args.replay)
+    else:
+        from gputop.runtime import build_sampler
+
+        sampler = build_sampler(opts)
+        if config.thresholds:
+            sampler.diagnoser = configured_diagnoser(config.thresholds)
+        feed = SamplerFeed(sampler)
+    app = GputopApp(
+        feed,
+        interval_s=interval_s,
+        readonly=bool(getattr(args, "readonly", False)),
+        redact=not getattr(args, "no_redact", False),
+        config=config,
+    )
+    result = app.run()
+    return 0 if result is None else int(result)

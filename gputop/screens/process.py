@@ -1,0 +1,248 @@
+"""Enter on a process: its history, threads, GPUs, off-CPU histogram and Python stack."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+from textual_plotext import PlotextPlot
+
+from gputop.model.frame import ProcessSample
+from gputop.model.history import History
+
+PYSPY_TIMEOUT_S = 10.0
+CHARTS = (
+    ("offcpu_pct", "off-CPU %"),
+    ("runq_pct", "run-queue %"),
+    ("preempt_per_s", "preempt/s"),
+)
+
+
+def _dur(ns: float) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g}{unit}"
+    return f"{ns:.0f}ns"
+
+
+def histogram_lines(hist: Sequence[int], width: int = 30) -> list[str]:
+    """Text bars for log2-nanosecond buckets (bucket i holds stalls of 2^i to 2^(i+1) ns)."""
+    nonzero = [i for i, n in enumerate(hist) if n]
+    if not nonzero:
+        return ["no off-CPU stalls recorded"]
+    peak = max(hist)
+    out = []
+    for i in range(nonzero[0], nonzero[-1] + 1):
+        n = hist[i]
+        bar = "█" * max(1 if n else 0, round(width * n / peak))
+        out.append(f"{'≥' + _dur(2**i):>8} {bar:<{width}} {n}")
+    return out
+
+
+def pyspy_dump(pid: int) -> str:
+    """The process's Python stack from `py-spy dump`, or one line saying why there is none."""
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return "py-spy is not installed (pip install 'gputop-tui[pyspy]') — no Python stack."
+    try:
+        done = subprocess.run(
+            [exe, "dump", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=PYSPY_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"py-spy dump timed out after {PYSPY_TIMEOUT_S:g} s."
+    except OSError as exc:
+        return f"py-spy could not run: {exc.strerror}"
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        why = lines[-1] if lines else f"exit status {done.returncode}"
+        return f"py-spy dump failed: {why} (needs ptrace permission: run as root or same user)"
+    return done.stdout.rstrip() or "py-spy returned no stack."
+
+
+class ProcessScreen(Screen[None]):
+    """One process over the history window; updated with every frame while open."""
+
+    DEFAULT_CSS = """
+    ProcessScreen #head { height: auto; max-height: 3; background: $panel; padding: 0 1; }
+    ProcessScreen #charts { height: 10; }
+    ProcessScreen PlotextPlot { width: 1fr; }
+    ProcessScreen #lower { height: 1fr; }
+    ProcessScreen #threads { width: 1fr; height: 1fr; }
+    ProcessScreen #side { width: 1fr; height: 1fr; padding: 0 1; }
+    ProcessScreen #stack { height: auto; color: $text-muted; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "app.pop_screen", "Back"),
+        Binding("y", "stack", "Py stack"),
+        Binding("k", "app.kill", "Kill"),
+    ]
+
+    def __init__(self, key: tuple[int, int], history: History, live: bool) -> None:
+        super().__init__()
+        self.key = key
+        self.history = history
+        self.live = live
+        self._thread_keys: dict[int, tuple[object, ...]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="head")
+        with Horizontal(id="charts"):
+            for metric, _title in CHARTS:
+                yield PlotextPlot(id=f"plot-{metric}")
+        with Horizontal(id="lower"):
+            table: DataTable[object] = DataTable(id="threads", cursor_type="row")
+            yield table
+            with VerticalScroll(id="side"):
+                yield Static(id="gpu")
+                yield Static(id="hist")
+                yield Static(id="stack")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#threads", DataTable)
+        for label, width in (
+            ("TID", 7),
+            ("THREAD", 15),
+            ("CPU%", 6),
+            ("OFF%", 6),
+            ("RUNQ%", 6),
+            ("PRE/s", 6),
+            ("VCSW/s", 6),
+        ):
+            table.add_column(label, width=width, key=label)
+        self.refresh_from_history()
+        self.action_stack()
+
+    @property
+    def process(self) -> ProcessSample | None:
+        """The process's latest sample within the window."""
+        for frame in reversed(self.history.frames):
+            for p in frame.processes:
+                if p.key == self.key:
+                    return p
+        return None
+
+    def refresh_from_history(self) -> None:
+        """Redraw charts, threads and the side panel from the history window."""
+        p = self.process
+        self._head(p)
+        self._charts()
+        if p is not None:
+            self._threads(p)
+            self._side(p)
+
+    def _head(self, p: ProcessSample | None) -> None:
+        head = self.query_one("#head", Static)
+        if p is None:
+            head.update(f"PID {self.key[0]}: no longer in the window")
+            return
+        gone = self.history.last is not None and all(
+            q.key != self.key for q in self.history.last.processes
+        )
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(f"PID {p.pid}", style="bold")
+        t.append(f"  {p.role}  {p.user or '?'}  threads {p.nthreads}")
+        if p.trainer_pid is not None and p.trainer_pid != p.pid:
+            t.append(f"  trainer {p.trainer_pid}")
+        if gone:
+            t.append("  [exited]", style="bold")
+        t.append(f"\n{p.cmdline or p.comm}")
+        head.update(t)
+
+    def _charts(self) -> None:
+        frames = list(self.history.frames)
+        now = frames[-1].t if frames else 0.0
+        for metric, title in CHARTS:
+            ys = self.history.proc_series(self.key, metric)
+            ts = [f.t - now for f in frames[-len(ys) :]] if ys else []
+            pts = [(x, y) for x, y in zip(ts, ys, strict=True) if y is not None]
+            plot = self.query_one(f"#plot-{metric}", PlotextPlot)
+            plt = plot.plt
+            plt.clear_data()
+            plt.clear_figure()
+            plt.title(title)
+            plt.xlabel("seconds ago")
+            if pts:
+                plt.plot([x for x, _ in pts], [y for _, y in pts], marker="braille")
+                if metric != "preempt_per_s":
+                    plt.ylim(0, 100)
+            plot.refresh()
+
+    def _threads(self, p: ProcessSample) -> None:
+        table = self.query_one("#threads", DataTable)
+
+        def f(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.1f}"
+
+        seen = set()
+        for th in p.threads:
+            cells = (
+                str(th.tid),
+                Text(th.comm),
+                f(th.cpu_pct),
+                f(th.offcpu_pct),
+                f(th.runq_pct),
+                f(th.preempt_per_s),
+                f(th.vcsw_per_s),
+            )
+            seen.add(th.tid)
+            old = self._thread_keys.get(th.tid)
+            if old is None:
+                table.add_row(*cells, key=str(th.tid))
+            else:
+                for col, new, was in zip(table.columns, cells, old, strict=True):
+                    if new != was:
+                        table.update_cell(str(th.tid), col, new)
+            self._thread_keys[th.tid] = cells
+        for tid in [t for t in self._thread_keys if t not in seen]:
+            table.remove_row(str(tid))
+            del self._thread_keys[tid]
+        table.border_title = f"threads ({len(p.threads)})" if p.threads else "threads: not sampled"
+
+    def _side(self, p: ProcessSample) -> None:
+        if p.gpus:
+            mem = "n/a" if p.gpu_mem_mib is None else f"{p.gpu_mem_mib / 1024:.1f} GiB"
+            sm = "" if p.gpu_sm_pct is None else f", SM {p.gpu_sm_pct:.0f}%"
+            gpu = f"GPU {','.join(map(str, p.gpus))}: {mem}{sm}"
+        else:
+            gpu = "no GPU in use"
+        self.query_one("#gpu", Static).update(gpu)
+        lines: list[str] = []
+        if p.offcpu_hist is not None:
+            lines.append("off-CPU stalls (eBPF):")
+            lines.extend(histogram_lines(p.offcpu_hist, 20))
+        else:
+            lines.append("off-CPU histogram: needs the eBPF probe")
+        if p.longest_stall_ms is not None:
+            lines.append(f"longest stall: {p.longest_stall_ms:.1f} ms")
+        self.query_one("#hist", Static).update("\n".join(lines))
+
+    def action_stack(self) -> None:
+        """Dump the Python stack with py-spy in a worker thread."""
+        stack = self.query_one("#stack", Static)
+        if not self.live:
+            stack.update("Python stack: only for live processes (this is a replay).")
+            return
+        stack.update("Python stack: running py-spy dump…")
+        self._dump(self.key[0])
+
+    @work(thread=True, exclusive=True, group="pyspy")
+    def _dump(self, pid: int) -> None:
+        text = pyspy_dump(pid)
+        self.app.call_from_thread(self._show_stack, text)
+
+    def _show_stack(self, text: str) -> None:
+        self.query_one("#stack", Static).update(Text("Python stack:\n" + text))

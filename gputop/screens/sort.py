@@ -1,0 +1,43 @@
+"""F6: pick the sort column from a list (htop's "Sort by" menu)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import ModalScreen
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from gputop.widgets.process_table import COLUMNS
+
+
+class SortScreen(ModalScreen[str | None]):
+    """A list of columns; Enter picks one, Esc keeps the current sort."""
+
+    DEFAULT_CSS = """
+    SortScreen { align: left top; }
+    SortScreen > OptionList { width: 22; height: auto; max-height: 14; border: round $primary; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f6,q", "dismiss_none", "Cancel")]
+
+    def __init__(self, current: str) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        options = OptionList(*[Option(f"Sort by {c.label}", id=c.key) for c in COLUMNS])
+        options.border_title = "Sort by"
+        yield options
+
+    def on_mount(self) -> None:
+        options = self.query_one(OptionList)
+        options.highlighted = next(i for i, c in enumerate(COLUMNS) if c.key == self.current)
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,191 @@
+"""One GPU's panel: GPU_UTIL, SM activity and power on one time axis, plus its numbers."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
+
+from gputop.model.frame import GpuSample
+from gputop.widgets.sparkline import sparkline
+
+LABEL_W = 6
+VALUE_W = 6
+NA = "n/a"
+
+
+def _pct(v: float | None) -> str:
+    return NA if v is None else f"{v:.0f}%"
+
+
+def _gib(mib: int | None) -> str:
+    return NA if mib is None else f"{mib / 1024:.1f}"
+
+
+class GpuPanel(Widget):
+    """A line-based panel for one GPU, or the "no GPU" notice when ``gpu`` is None.
+
+    Lines are built as plain strings once per frame and only the lines whose
+    text changed are repainted; the three sparklines share the right edge (now)
+    and the width, so they read as one time axis, also across panels of equal width.
+    """
+
+    DEFAULT_CSS = """
+    GpuPanel {
+        height: 5;
+        width: 1fr;
+        padding: 0 1;
+        background: $surface;
+    }
+    GpuPanel.-nogpu { height: 3; }
+    """
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "gpu-panel--title",
+        "gpu-panel--label",
+        "gpu-panel--util",
+        "gpu-panel--sm",
+        "gpu-panel--power",
+        "gpu-panel--na",
+        "gpu-panel--warn",
+    }
+    DEFAULT_CSS += """
+    GpuPanel > .gpu-panel--title { text-style: bold; color: $text-accent; }
+    GpuPanel > .gpu-panel--label { color: $text-muted; }
+    GpuPanel > .gpu-panel--util { color: $text-warning; }
+    GpuPanel > .gpu-panel--sm { color: $text-success; }
+    GpuPanel > .gpu-panel--power { color: $text-primary; }
+    GpuPanel > .gpu-panel--na { color: $text-disabled; }
+    GpuPanel > .gpu-panel--warn { color: $text-error; text-style: bold; }
+    """
+
+    def __init__(self, uuid: str | None, *, id: str | None = None) -> None:
+        # Set before Widget.__init__, which may already call notify_style_update.
+        self.uuid = uuid
+        # Each line: list of (text, component class or "") runs.
+        self._lines: list[list[tuple[str, str]]] = []
+        self._strips: list[Strip | None] = []
+        self._data: tuple[GpuSample | None, dict[str, list[float | None]], str] = (None, {}, "")
+        super().__init__(id=id)
+        if uuid is None:
+            self.add_class("-nogpu")
+
+    def show(
+        self,
+        gpu: GpuSample | None,
+        series: dict[str, list[float | None]],
+        reason: str = "",
+    ) -> None:
+        """Take the GPU's latest sample and its series (util, sm_active, power_pct)."""
+        self._data = (gpu, series, reason)
+        self._relayout()
+
+    def on_resize(self) -> None:
+        self._relayout(force=True)
+
+    def _relayout(self, force: bool = False) -> None:
+        width = self.content_size.width
+        if width <= 0:
+            return
+        lines = self._build(width)
+        if force or len(lines) != len(self._lines):
+            self._lines = lines
+            self._strips = [None] * len(lines)
+            self.refresh()
+            return
+        for y, line in enumerate(lines):
+            if line != self._lines[y]:
+                self._lines[y] = line
+                self._strips[y] = None
+                self.refresh_line(y)
+
+    def refresh_line(self, y: int) -> None:
+        """Repaint one content line only."""
+        self.refresh(Region(0, y + self.styles.padding.top, self.size.width, 1))
+
+    def notify_style_update(self) -> None:
+        # A theme change alters the component styles baked into the cached strips.
+        self._strips = [None] * len(self._lines)
+        super().notify_style_update()
+
+    def _build(self, width: int) -> list[list[tuple[str, str]]]:
+        gpu, series, reason = self._data
+        if gpu is None:
+            return [
+                [("no GPU — host signals only", "gpu-panel--title")],
+                [(reason or "no GPU source is live", "gpu-panel--label")],
+                [],
+            ]
+        spark_w = max(4, width - LABEL_W - VALUE_W)
+        title = f"GPU{gpu.index} {gpu.name}"
+        if gpu.state != "ok":
+            title += f" [{gpu.state}]"
+        mem = f"{_gib(gpu.mem_used_mib)}/{_gib(gpu.mem_total_mib)} GiB"
+        gap = max(1, width - len(title) - len(mem))
+        lines: list[list[tuple[str, str]]] = [
+            [
+                (title[: max(0, width - len(mem) - 1)], "gpu-panel--title"),
+                (" " * gap, ""),
+                (mem, "gpu-panel--label"),
+            ],
+        ]
+        rows = (
+            ("util", "util", gpu.util, "gpu-panel--util"),
+            ("SM", "sm_active", gpu.sm_active, "gpu-panel--sm"),
+            ("power", "power_pct", gpu.power_pct, "gpu-panel--power"),
+        )
+        for label, metric, value, cls in rows:
+            values = series.get(metric, [])
+            vcls = "gpu-panel--na" if value is None else cls
+            if value is None and all(v is None for v in values):
+                spark = NA.center(spark_w) if spark_w > 6 else NA
+                spark_cls = "gpu-panel--na"
+            else:
+                spark = sparkline(values, spark_w)
+                spark_cls = cls
+            lines.append(
+                [
+                    (f"{label:<{LABEL_W}}", "gpu-panel--label"),
+                    (spark, spark_cls),
+                    (f"{_pct(value):>{VALUE_W}}", vcls),
+                ]
+            )
+        eff = gpu.efficiency
+        eff_txt = "eff n/a" if eff is None else f"eff {eff:.2f}"
+        power = (
+            f"{gpu.power_w:.0f}/{gpu.power_limit_w:.0f} W"
+            if gpu.power_w is not None and gpu.power_limit_w
+            else "power n/a"
+        )
+        info: list[tuple[str, str]] = [
+            (eff_txt, "gpu-panel--warn" if eff is not None and eff < 0.5 else "gpu-panel--label"),
+            (f"  {power}", "gpu-panel--label"),
+        ]
+        if gpu.throttle:
+            info.append(("  thr: " + ",".join(gpu.throttle), "gpu-panel--warn"))
+        else:
+            info.append(("  no throttle", "gpu-panel--label"))
+        lines.append(info)
+        return lines
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        if y >= len(self._lines):
+            return Strip.blank(width, self.rich_style)
+        strip = self._strips[y]
+        if strip is None:
+            base = self.rich_style
+            segments = [
+                Segment(text, base + self._style(cls) if cls else base)
+                for text, cls in self._lines[y]
+                if text
+            ]
+            strip = Strip(segments).crop_extend(0, width, base)
+            self._strips[y] = strip
+        return strip
+
+    def _style(self, cls: str) -> Style:
+        return self.get_component_rich_style(cls, partial=True)

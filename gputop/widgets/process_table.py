@@ -1,0 +1,454 @@
+"""The htop-style process table: keyed rows updated in place, tree, sort, filter.
+
+A line-based ScrollView rather than a DataTable: every row is cached as one Strip
+and rebuilt only when one of its cells changed, so a tick with 50 processes
+costs string comparisons plus a few Strips, not a Rich render of every cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gputop.model.frame import ProcessSample
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: key, header, width (0: the rest of the line), sort key, alignment."""
+
+    key: str
+    label: str
+    width: int
+    sort: Callable[[ProcessSample], Any]
+    numeric: bool
+    # Measurements read best largest first; PIDs and names ascending.
+    descending: bool = False
+
+
+def _num(v: float | None) -> float:
+    # Unknown values sort as the smallest, so "n/a" rows sink under a descending sort.
+    return float("-inf") if v is None else v
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("pid", "PID", 7, lambda p: p.pid, True),
+    Column("role", "ROLE", 6, lambda p: p.role, False),
+    Column("user", "USER", 8, lambda p: p.user, False),
+    Column("cpu", "CPU%", 5, lambda p: p.cpu_pct, True, True),
+    Column("offcpu", "OFF%", 5, lambda p: _num(p.offcpu_pct), True, True),
+    Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True),
+    Column("preempt", "PRE/s", 6, lambda p: p.preempt_per_s, True, True),
+    Column("gpu", "GPU", 3, lambda p: p.gpus, False),
+    Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True),
+    Column("command", "COMMAND", 0, lambda p: p.cmdline or p.comm, False),
+)
+COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
+
+
+def row_key(p: ProcessSample) -> str:
+    """The table's row key: a process is (pid, start time) because PIDs are reused."""
+    return f"{p.pid}:{p.start_time}"
+
+
+def _fmt(v: float | None) -> str:
+    # One decimal below 100 and none above keeps every value within 5 characters.
+    if v is None:
+        return "n/a"
+    return f"{v:.1f}" if v < 99.95 else f"{v:.0f}"
+
+
+def _mem(mib: int | None, on_gpu: bool) -> str:
+    if mib is None:
+        return "n/a" if on_gpu else ""
+    return f"{mib / 1024:.1f}G" if mib >= 1024 else f"{mib}M"
+
+
+def matches(p: ProcessSample, needle: str) -> bool:
+    """Case-insensitive substring match on pid, user, role and command line."""
+    if not needle:
+        return True
+    n = needle.lower()
+    return (
+        n in str(p.pid)
+        or n in p.user.lower()
+        or n in p.role.lower()
+        or n in p.comm.lower()
+        or n in p.cmdline.lower()
+    )
+
+
+def arrange(
+    procs: Iterable[ProcessSample],
+    *,
+    sort_key: str = "cpu",
+    reverse: bool = True,
+    tree: bool = True,
+    needle: str = "",
+) -> list[tuple[ProcessSample, str]]:
+    """Rows in display order with each row's tree prefix ("" at the top level).
+
+    In tree mode a DataLoader or pin-memory worker whose trainer is shown sits
+    under that trainer; siblings and top-level rows are sorted alike.
+    """
+    col = next(c for c in COLUMNS if c.key == sort_key)
+    shown = [p for p in procs if matches(p, needle)]
+
+    def order(rows: list[ProcessSample]) -> list[ProcessSample]:
+        # Sort by pid first so equal values keep a stable, predictable order.
+        rows = sorted(rows, key=lambda p: p.pid)
+        return sorted(rows, key=col.sort, reverse=reverse)
+
+    if not tree:
+        return [(p, "") for p in order(shown)]
+    pids = {p.pid for p in shown}
+    children: dict[int, list[ProcessSample]] = {}
+    roots: list[ProcessSample] = []
+    for p in shown:
+        parent = p.trainer_pid
+        if p.role in ("dataloader", "pin_memory") and parent in pids and parent != p.pid:
+            children.setdefault(parent, []).append(p)
+        else:
+            roots.append(p)
+    out: list[tuple[ProcessSample, str]] = []
+    for root in order(roots):
+        out.append((root, ""))
+        kids = order(children.get(root.pid, []))
+        for i, kid in enumerate(kids):
+            out.append((kid, "└─ " if i == len(kids) - 1 else "├─ "))
+    return out
+
+
+# A cell: its text and a component class ("" for the row's base style).
+Cell = tuple[str, str]
+GUTTER = 1  # one space before every column
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """Processes keyed by (pid, start time); each frame re-renders only the rows that changed.
+
+    The cursor follows the selected process when the order changes, so a
+    refresh never moves the selection to a different process. The header stays
+    on the first line; COMMAND takes whatever width is left.
+    """
+
+    DEFAULT_CSS = """
+    ProcessTable { height: 1fr; scrollbar-size-horizontal: 0; background: $surface; }
+    ProcessTable > .process-table--header { background: $panel; color: $text; text-style: bold; }
+    ProcessTable > .process-table--sorted { background: $accent; color: $text; text-style: bold; }
+    ProcessTable > .process-table--cursor { background: $block-cursor-blurred-background; }
+    ProcessTable:focus > .process-table--cursor {
+        background: $block-cursor-background; color: $block-cursor-foreground;
+    }
+    ProcessTable > .process-table--hot { color: $text-error; }
+    ProcessTable > .process-table--warm { color: $text-warning; }
+    ProcessTable > .process-table--trainer { color: $text-accent; text-style: bold; }
+    ProcessTable > .process-table--worker { color: $text-primary; }
+    ProcessTable > .process-table--muted { color: $text-muted; }
+    """
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "process-table--header",
+        "process-table--sorted",
+        "process-table--cursor",
+        "process-table--hot",
+        "process-table--warm",
+        "process-table--trainer",
+        "process-table--worker",
+        "process-table--muted",
+    }
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "open", "Details"),
+    ]
+
+    class Opened(Message):
+        """Enter (or a double click) on a process."""
+
+        def __init__(self, process: ProcessSample) -> None:
+            super().__init__()
+            self.process = process
+
+    class HeaderClicked(Message):
+        """A click on a column header."""
+
+        def __init__(self, column: str) -> None:
+            super().__init__()
+            self.column = column
+
+    def __init__(self, *, id: str | None = None) -> None:
+        self.sort_key = "cpu"
+        self.sort_reverse = True
+        self.tree_mode = True
+        self.needle = ""
+        self.cursor_row = 0
+        self._procs: tuple[ProcessSample, ...] = ()
+        self._by_key: dict[str, ProcessSample] = {}
+        self._cells: dict[str, tuple[Cell, ...]] = {}
+        self._order: list[str] = []
+        self._strips: dict[str, Strip] = {}
+        self._header: Strip | None = None
+        self._styles: dict[str, Style] = {}
+        self._widths: tuple[int, ...] = ()
+        super().__init__(id=id)
+
+    # ---- data ---------------------------------------------------------------
+
+    @property
+    def order(self) -> list[str]:
+        """Row keys in display order."""
+        return list(self._order)
+
+    @property
+    def row_count(self) -> int:
+        return len(self._order)
+
+    def cells(self, key: str) -> tuple[str, ...]:
+        """The texts shown in one row (tests and screenshots read them)."""
+        return tuple(text for text, _ in self._cells[key])
+
+    @property
+    def selected(self) -> ProcessSample | None:
+        """The process under the cursor, if any."""
+        if not 0 <= self.cursor_row < len(self._order):
+            return None
+        return self._by_key.get(self._order[self.cursor_row])
+
+    def select_key(self, key: str) -> bool:
+        """Put the cursor on the process with this row key; False when it is not shown."""
+        try:
+            index = self._order.index(key)
+        except ValueError:
+            return False
+        self._move_to(index)
+        return True
+
+    def show(self, procs: Sequence[ProcessSample]) -> None:
+        """Show these processes: drop the gone, add the new, re-render changed rows only."""
+        self._procs = tuple(procs)
+        self._apply()
+
+    def set_view(
+        self,
+        *,
+        sort_key: str | None = None,
+        reverse: bool | None = None,
+        tree: bool | None = None,
+        needle: str | None = None,
+    ) -> None:
+        """Change sort, tree mode or filter and re-arrange the rows (selection kept)."""
+        if sort_key is not None:
+            self.sort_key = sort_key
+        if reverse is not None:
+            self.sort_reverse = reverse
+        if tree is not None:
+            self.tree_mode = tree
+        if needle is not None:
+            self.needle = needle
+        self._header = None
+        self._apply()
+        self.refresh()
+
+    def _apply(self) -> None:
+        rows = arrange(
+            self._procs,
+            sort_key=self.sort_key,
+            reverse=self.sort_reverse,
+            tree=self.tree_mode,
+            needle=self.needle,
+        )
+        selected = self._order[self.cursor_row] if self.selected is not None else None
+        new_keys = [row_key(p) for p, _ in rows]
+        by_key: dict[str, ProcessSample] = {}
+        cells: dict[str, tuple[Cell, ...]] = {}
+        dirty: list[str] = []
+        for (p, prefix), key in zip(rows, new_keys, strict=True):
+            by_key[key] = p
+            row = self._cells_for(p, prefix)
+            cells[key] = row
+            if self._cells.get(key) != row:
+                self._strips.pop(key, None)
+                dirty.append(key)
+        for key in self._cells.keys() - cells.keys():
+            self._strips.pop(key, None)
+        self._by_key, self._cells = by_key, cells
+        if new_keys != self._order:
+            self._order = new_keys
+            self.virtual_size = Size(self.scrollable_content_region.width, len(new_keys) + 1)
+            index = new_keys.index(selected) if selected in by_key else self.cursor_row
+            self._move_to(min(index, len(new_keys) - 1), refresh=False)
+            self.refresh()
+            return
+        top = self.scroll_offset.y
+        for key in dirty:
+            y = new_keys.index(key) - top + 1
+            if 1 <= y < self.size.height:
+                self.refresh_lines(top + y, 1)
+
+    # ---- cells --------------------------------------------------------------
+
+    def _cells_for(self, p: ProcessSample, prefix: str) -> tuple[Cell, ...]:
+        role_cls = (
+            "process-table--trainer"
+            if p.role == "trainer"
+            else "process-table--worker"
+            if p.role in ("dataloader", "pin_memory")
+            else ""
+        )
+        return (
+            (str(p.pid), ""),
+            (ROLE_SHORT.get(p.role, p.role), role_cls),
+            (p.user[:8], ""),
+            _pct(p.cpu_pct, 90.0, 60.0),
+            _pct(p.offcpu_pct, 50.0, 25.0),
+            _pct(p.runq_pct, 20.0, 10.0),
+            (_fmt(p.preempt_per_s), ""),
+            (",".join(str(g) for g in p.gpus), ""),
+            (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
+            (prefix, "process-table--muted"),
+            ((p.cmdline or f"[{p.comm}]")[:300], role_cls),
+        )
+
+    # ---- rendering ----------------------------------------------------------
+
+    def notify_style_update(self) -> None:
+        self._styles = {}
+        self._strips = {}
+        self._header = None
+        super().notify_style_update()
+
+    def _style(self, cls: str) -> Style:
+        style = self._styles.get(cls)
+        if style is None:
+            style = self._styles[cls] = self.get_component_rich_style(cls, partial=True)
+        return style
+
+    def _column_widths(self, width: int) -> tuple[int, ...]:
+        fixed = [c.width for c in COLUMNS[:-1]]
+        rest = max(8, width - sum(fixed) - GUTTER * len(fixed) - GUTTER)
+        return (*fixed, rest)
+
+    def on_resize(self) -> None:
+        # Row strips depend on the width only; render_line drops them when it changes.
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self._order) + 1)
+        self._scroll_to_cursor()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        widths = self._column_widths(width)
+        if widths != self._widths:
+            self._widths = widths
+            self._strips = {}
+            self._header = None
+        base = self.rich_style
+        if y == 0:
+            if self._header is None:
+                self._header = self._header_strip(widths, base, width)
+            return self._header
+        index = self.scroll_offset.y + y - 1
+        if not 0 <= index < len(self._order):
+            return Strip.blank(width, base)
+        key = self._order[index]
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._strips[key] = self._row_strip(self._cells[key], widths, base, width)
+        if index == self.cursor_row:
+            return strip.apply_style(self._style("process-table--cursor"))
+        return strip
+
+    def _header_strip(self, widths: tuple[int, ...], base: Style, width: int) -> Strip:
+        head = base + self._style("process-table--header")
+        segments = []
+        for c, w in zip(COLUMNS, widths, strict=True):
+            label = c.label
+            style = head
+            if c.key == self.sort_key:
+                label += "▼" if self.sort_reverse else "▲"
+                style = head + self._style("process-table--sorted")
+            text = label.rjust(w) if c.numeric else label.ljust(w)
+            segments += [Segment(" ", head), Segment(text[:w], style)]
+        return Strip(segments).crop_extend(0, width, head)
+
+    def _row_strip(
+        self, cells: tuple[Cell, ...], widths: tuple[int, ...], base: Style, width: int
+    ) -> Strip:
+        segments = []
+        *columns, (prefix, prefix_cls), (command, command_cls) = cells
+        for c, w, (text, cls) in zip(COLUMNS[:-1], widths[:-1], columns, strict=True):
+            text = text.rjust(w) if c.numeric else text.ljust(w)
+            segments.append(Segment(" ", base))
+            segments.append(Segment(text[:w], base + self._style(cls) if cls else base))
+        segments.append(Segment(" ", base))
+        if prefix:
+            segments.append(Segment(prefix, base + self._style(prefix_cls)))
+        segments.append(Segment(command, base + self._style(command_cls) if command_cls else base))
+        return Strip(segments).crop_extend(0, width, base)
+
+    # ---- cursor -------------------------------------------------------------
+
+    def _move_to(self, index: int, refresh: bool = True) -> None:
+        old = self.cursor_row
+        self.cursor_row = max(0, min(index, len(self._order) - 1))
+        self._scroll_to_cursor()
+        if refresh and old != self.cursor_row:
+            self.refresh()
+
+    def _scroll_to_cursor(self) -> None:
+        visible = max(1, self.size.height - 1)
+        top = self.scroll_offset.y
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + visible:
+            self.scroll_to(y=self.cursor_row - visible + 1, animate=False, immediate=True)
+
+    def action_move(self, step: int) -> None:
+        self._move_to(self.cursor_row + step)
+
+    def action_page(self, step: int) -> None:
+        self._move_to(self.cursor_row + step * max(1, self.size.height - 2))
+
+    def action_jump(self, index: int) -> None:
+        self._move_to(index if index >= 0 else len(self._order) - 1)
+
+    def action_open(self) -> None:
+        p = self.selected
+        if p is not None:
+            self.post_message(self.Opened(p))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:
+            x = 0
+            for c, w in zip(COLUMNS, self._widths, strict=False):
+                x += GUTTER + w
+                if offset.x < x:
+                    self.post_message(self.HeaderClicked(c.key))
+                    return
+            return
+        self._move_to(self.scroll_offset.y + offset.y - 1)
+        if event.chain >= 2:
+            self.action_open()
+
+
+def _pct(v: float | None, hot: float, warm: float) -> Cell:
+    if v is None:
+        return ("n/a", "process-table--muted")
+    cls = "process-table--hot" if v >= hot else "process-table--warm" if v >= warm else ""
+    return (_fmt(v), cls)

@@ -1,0 +1,264 @@
+"""Deterministic frames for the TUI tests, snapshots, screenshots and bench.
+
+A fixed clock and closed-form values (no randomness, no /proc): two GPUs, one of
+them unable to report SM activity, a starving trainer with DataLoader workers on
+GPU 0, a second trainer on GPU 1, and filler processes up to ``n_procs`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gputop.model.frame import (
+    Frame,
+    GpuSample,
+    HostSample,
+    ProcessSample,
+    Sources,
+    SourceStatus,
+    ThreadSample,
+    Verdict,
+)
+
+T0 = 1763769600.0
+STARVING_TRAINER_PID = 3821
+OTHER_TRAINER_PID = 4100
+WORKER_PIDS = (3850, 3851, 3852, 3853)
+
+
+def _wave(i: int, period: float, lo: float, hi: float, phase: float = 0.0) -> float:
+    return round(lo + (hi - lo) * (0.5 + 0.5 * math.sin(2 * math.pi * i / period + phase)), 1)
+
+
+def _gpus(i: int) -> tuple[GpuSample, ...]:
+    return (
+        GpuSample(
+            index=0,
+            uuid="GPU-00000000-0000-0000-0000-000000000000",
+            name="NVIDIA H100 80GB HBM3",
+            util=_wave(i, 30, 93.0, 99.0),
+            sm_active=_wave(i, 20, 8.0, 16.0),
+            power_w=_wave(i, 25, 120.0, 160.0),
+            power_limit_w=700.0,
+            mem_used_mib=62000,
+            mem_total_mib=81559,
+            throttle=("sw_power_cap",) if i % 40 > 30 else (),
+            temperature_c=48.0,
+        ),
+        GpuSample(
+            index=1,
+            uuid="GPU-11111111-1111-1111-1111-111111111111",
+            name="NVIDIA A10",
+            util=_wave(i, 15, 40.0, 70.0),
+            sm_active=None,
+            power_w=_wave(i, 15, 70.0, 110.0),
+            power_limit_w=150.0,
+            mem_used_mib=9000,
+            mem_total_mib=23028,
+            throttle=(),
+        ),
+    )
+
+
+def _threads(pid: int, i: int) -> tuple[ThreadSample, ...]:
+    names = ("python3", "pt_autograd_0", "pin_memory", "cuda-EvtHandlr")
+    return tuple(
+        ThreadSample(
+            tid=pid + k,
+            comm=name,
+            cpu_pct=_wave(i + k, 12, 2.0, 45.0),
+            offcpu_pct=_wave(i + k, 12, 40.0, 60.0),
+            runq_pct=_wave(i + k, 12, 10.0, 35.0),
+            preempt_per_s=_wave(i + k, 9, 20.0, 90.0),
+            vcsw_per_s=_wave(i + k, 9, 5.0, 40.0),
+        )
+        for k, name in enumerate(names)
+    )
+
+
+_HIST = (0,) * 10 + (3, 12, 40, 95, 160, 210, 180, 120, 70, 33, 14, 6, 2, 1) + (0,) * 8
+
+
+def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
+    out: list[ProcessSample] = [
+        ProcessSample(
+            pid=STARVING_TRAINER_PID,
+            ppid=1200,
+            comm="python3",
+            cmdline="python3 train.py --model resnet50 --batch-size 256",
+            role="trainer",
+            trainer_pid=STARVING_TRAINER_PID,
+            cpu_pct=_wave(i, 10, 35.0, 48.0),
+            offcpu_pct=_wave(i, 10, 48.0, 56.0),
+            runq_pct=_wave(i, 10, 26.0, 34.0),
+            preempt_per_s=_wave(i, 8, 100.0, 140.0),
+            preempt_total=14504 + 120 * i,
+            vcsw_per_s=30.0,
+            gpus=(0,),
+            gpu_mem_mib=60000,
+            start_time=1000,
+            user="alice",
+            nthreads=4,
+            longest_stall_ms=48.3,
+            offcpu_hist=_HIST,
+            gpu_sm_pct=12.0,
+            threads=_threads(STARVING_TRAINER_PID, i),
+        )
+    ]
+    for k, pid in enumerate(WORKER_PIDS):
+        out.append(
+            ProcessSample(
+                pid=pid,
+                ppid=STARVING_TRAINER_PID,
+                comm="pt_data_worker",
+                cmdline="python3 train.py --model resnet50 --batch-size 256",
+                role="dataloader",
+                trainer_pid=STARVING_TRAINER_PID,
+                cpu_pct=_wave(i + k, 7, 20.0, 60.0),
+                offcpu_pct=_wave(i + k, 7, 55.0, 75.0),
+                runq_pct=_wave(i + k, 7, 40.0, 60.0),
+                preempt_per_s=_wave(i + k, 7, 60.0, 90.0),
+                preempt_total=8000 + 70 * i,
+                vcsw_per_s=10.0,
+                start_time=1010 + k,
+                user="alice",
+            )
+        )
+    out.append(
+        ProcessSample(
+            pid=OTHER_TRAINER_PID,
+            ppid=1300,
+            comm="python3",
+            cmdline="python3 finetune.py --config llama.yaml",
+            role="trainer",
+            trainer_pid=OTHER_TRAINER_PID,
+            cpu_pct=_wave(i, 12, 90.0, 100.0),
+            offcpu_pct=_wave(i, 12, 5.0, 10.0),
+            runq_pct=_wave(i, 12, 1.0, 3.0),
+            preempt_per_s=_wave(i, 12, 2.0, 6.0),
+            preempt_total=900 + 4 * i,
+            vcsw_per_s=200.0,
+            gpus=(1,),
+            gpu_mem_mib=8800,
+            start_time=2000,
+            user="bob",
+        )
+    )
+    out.append(
+        ProcessSample(
+            pid=4120,
+            ppid=OTHER_TRAINER_PID,
+            comm="pt_data_worker",
+            cmdline="python3 finetune.py --config llama.yaml",
+            role="dataloader",
+            trainer_pid=OTHER_TRAINER_PID,
+            cpu_pct=_wave(i, 6, 5.0, 15.0),
+            offcpu_pct=_wave(i, 6, 80.0, 95.0),
+            runq_pct=_wave(i, 6, 0.5, 2.0),
+            preempt_per_s=1.0,
+            preempt_total=50,
+            vcsw_per_s=40.0,
+            start_time=2010,
+            user="bob",
+        )
+    )
+    filler = max(0, n_procs - len(out))
+    for k in range(filler):
+        pid = 5000 + 7 * k
+        out.append(
+            ProcessSample(
+                pid=pid,
+                ppid=1,
+                comm=f"job{k}",
+                cmdline=f"/usr/bin/stress-ng --cpu 1 --worker {k}",
+                role="other",
+                trainer_pid=None,
+                cpu_pct=_wave(i + k, 11 + k % 5, 0.0, 90.0 - k),
+                offcpu_pct=_wave(i + k, 9, 10.0, 99.0),
+                runq_pct=_wave(i + k, 9, 0.0, 40.0),
+                preempt_per_s=_wave(i + k, 9, 0.0, 50.0),
+                preempt_total=100 * k + i,
+                vcsw_per_s=1.0,
+                start_time=3000 + k,
+                user="root" if k % 3 else "carol",
+            )
+        )
+    return tuple(out)
+
+
+_STARVING = Verdict(
+    gpu=0,
+    state="busy_but_starving",
+    evidence=(
+        "GPU_UTIL 96% but SM active 12%: train.py off-CPU 52% of the last 10 s, "
+        "30% waiting in the run queue",
+        "DataLoader workers preempted 75/s each",
+    ),
+    fixes=(
+        "Give the trainer and its 4 DataLoader workers dedicated cores "
+        "(taskset/cgroup cpuset) or lower other CPU load",
+    ),
+    efficiency=0.12,
+)
+_UNKNOWN = Verdict(
+    gpu=1,
+    state="unknown",
+    evidence=("SM activity not reported by this GPU (no GPM support)",),
+    fixes=(),
+)
+
+
+def make_frame(
+    i: int,
+    *,
+    n_procs: int = 12,
+    verdicts: bool = True,
+    gpus: bool = True,
+) -> Frame:
+    """Frame number ``i`` (0-based) of the fixture, at T0 + i seconds."""
+    return Frame(
+        t=T0 + i,
+        interval=1.0,
+        seq=i + 1,
+        sampler_cpu_pct=0.8,
+        sources=Sources(
+            gpu="demo" if gpus else "none",
+            sched="bpf",
+            notes=() if gpus else ("gpu: NVML library not found (libnvidia-ml.so.1)",),
+        ),
+        host=HostSample(cpu_pct=_wave(i, 20, 85.0, 97.0), ncpu=8, load1=12.3, psi_cpu_some=41.0),
+        gpus=_gpus(i) if gpus else (),
+        processes=_processes(i, n_procs),
+        verdicts=(_STARVING, _UNKNOWN) if verdicts and gpus else (),
+    )
+
+
+def make_frames(
+    n: int = 60, *, n_procs: int = 12, verdicts: bool = True, gpus: bool = True
+) -> list[Frame]:
+    """``n`` consecutive fixture frames, oldest first."""
+    return [make_frame(i, n_procs=n_procs, verdicts=verdicts, gpus=gpus) for i in range(n)]
+
+
+class PushFeed:
+    """A live-like feed driven by the test: ``feed.push(frame)`` as the sampler thread would."""
+
+    live = True
+
+    def __init__(self) -> None:
+        self.app: Any = None
+        self.stopped = False
+        self.error: BaseException | None = None
+
+    def start(self, app: Any) -> None:
+        self.app = app
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def statuses(self) -> list[SourceStatus]:
+        return []
+
+    def push(self, frame: Frame) -> None:
+        self.app.offer_frame(frame)

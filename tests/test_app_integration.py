@@ -1,0 +1,106 @@
+"""The TUI against the snapshot and diagnosis modules (each test needs its module present)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from frames_fixture import make_frames
+
+from gputop.app import GputopApp, ReplayFeed, configured_diagnoser, run_app
+from gputop.config import Config
+from gputop.errors import UsageError
+from gputop.runtime import Options
+from gputop.widgets.banner import VerdictBanner
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+needs_snapshot = pytest.mark.skipif(not _has("gputop.snapshot"), reason="gputop.snapshot absent")
+needs_diagnosis = pytest.mark.skipif(
+    not _has("gputop.model.diagnosis"), reason="gputop.model.diagnosis absent"
+)
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"replay": None, "readonly": False, "no_redact": False, "demo": None}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+@needs_snapshot
+def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(tmp_path: Path) -> None:
+    from gputop.snapshot import load_bundle
+
+    app = GputopApp(ReplayFeed(make_frames(10)), config=Config(snapshot_dir=str(tmp_path)))
+
+    async def run() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("s")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    asyncio.run(run())
+    saved = [n.message for n in app._notifications if n.message.startswith("snapshot saved: ")]
+    assert len(saved) == 1, [n.message for n in app._notifications]
+    path = saved[0].removeprefix("snapshot saved: ")
+    assert Path(path).parent == tmp_path
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    bundle = load_bundle(path)
+    assert [f.seq for f in bundle.frames] == list(range(1, 11))
+    assert bundle.screenshot is not None
+    svg = (tmp_path / bundle.screenshot).read_text()
+    assert svg.startswith("<svg") and "BUSY" in svg
+
+
+@needs_snapshot
+def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path) -> None:
+    from gputop.snapshot import write_bundle
+
+    from gputop.app import _replay_feed
+
+    path = write_bundle(make_frames(12), {}, str(tmp_path), None, True)
+    app = GputopApp(_replay_feed(path))
+
+    async def run() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert app.query_one(VerdictBanner).state == "busy_but_starving"
+            assert app.cursor == 11
+            await pilot.press("left")
+            assert app.cursor == 10
+
+    asyncio.run(run())
+
+
+@needs_snapshot
+def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError):
+        run_app(_args(replay=str(bad)), Options())
+
+
+@pytest.mark.skipif(_has("gputop.snapshot"), reason="gputop.snapshot present")
+def test_replay_without_snapshot_support_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="snapshot support"):
+        run_app(_args(replay=str(tmp_path / "x.json")), Options())
+
+
+@needs_diagnosis
+def test_config_thresholds_reach_the_diagnoser() -> None:
+    diagnoser = configured_diagnoser({"sm_low_pct": 30})
+    assert diagnoser.thresholds.sm_low_pct == 30.0
+    with pytest.raises(UsageError):
+        configured_diagnoser({"no_such_threshold": 1})
