@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +27,8 @@ from gputop.model.frame import (
     Verdict,
 )
 from gputop.snapshot import MAX_BYTES, MAX_FRAMES, MAX_LIST_ITEMS, Bundle, load_bundle, write_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _frames() -> list[Frame]:
@@ -335,3 +339,31 @@ def test_fuzz_random_documents_with_the_schema(fuzz_dir: Path, doc: dict[str, An
     p = fuzz_dir / "rand.json"
     p.write_text(json.dumps({"schema": "gputop.snapshot/1", **doc}))
     _load_or_usage_error(p)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "wrong-version", "fifo", "huge"])
+def test_replay_of_a_bad_file_is_one_line_and_exit_2(
+    tmp_path: Path, good: dict[str, Any], kind: str
+) -> None:
+    p = tmp_path / f"{kind}.json"
+    if kind == "truncated":
+        p.write_text(json.dumps(good)[:500])
+    elif kind == "wrong-version":
+        p.write_text(json.dumps(dict(good, schema="gputop.snapshot/9")))
+    elif kind == "fifo":
+        os.mkfifo(p)
+    else:
+        with open(p, "wb") as f:
+            f.truncate(MAX_BYTES + 1)
+    r = subprocess.run(
+        [sys.executable, "-m", "gputop", "--replay", str(p)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"gputop: error: {p}")
+    assert r.stderr.count("\n") == 1
+    assert r.stdout == ""
