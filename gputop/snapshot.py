@@ -43,8 +43,8 @@ MAX_STRING_CHARS = 65_536
 MAX_DEPTH = 12
 MAX_META_NODES = 100_000
 
-# `gputop snapshot` shows every process in its bundle (CONTRACT.md: "all of them
-# in snapshots"), not only the busiest few.
+# `gputop snapshot` has no top-N cap (CONTRACT.md: "all of them in snapshots"): every
+# process that used CPU in the window is in the bundle, not only the busiest 30.
 ALL_PROCESSES = 1_000_000
 
 _MAPS_MAX_BYTES = 8 * 1024 * 1024
