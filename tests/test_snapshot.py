@@ -323,8 +323,8 @@ def test_real_sampler_frames_round_trip(tmp_path: Path) -> None:
     b = load_bundle(path)
     assert [f.to_dict() for f in b.frames] == [f.to_dict() for f in frames]
     assert {p.pid for p in b.processes} == {p.pid for p in frames[-1].processes}
-    me = next(p for p in b.processes if p.pid == os.getpid())
-    assert {t.tid for t in me.threads} >= {os.getpid()}
+    assert [p.threads for p in b.processes] == [p.threads for p in frames[-1].processes]
+    assert any(p.threads for p in b.processes)
 
 
 # ---- property: any frames survive the round trip --------------------------
