@@ -314,17 +314,21 @@ def test_non_finite_numbers_are_written_as_null(tmp_path: Path) -> None:
 def test_real_sampler_frames_round_trip(tmp_path: Path) -> None:
     sampler = build_sampler(Options(interval_s=0.1, no_bpf=True, top_n=100_000))
     frames: list[Frame] = []
+    burner = subprocess.Popen([PY, "-c", "while True: pass"])
     try:
         sampler.run(frames.append, 0.35)
         statuses = sampler.statuses()
     finally:
         sampler.close()
+        burner.kill()
+        burner.wait(timeout=10)
     path = write_bundle(frames, collect_meta(statuses), str(tmp_path), None, False)
     b = load_bundle(path)
     assert [f.to_dict() for f in b.frames] == [f.to_dict() for f in frames]
     assert {p.pid for p in b.processes} == {p.pid for p in frames[-1].processes}
     assert [p.threads for p in b.processes] == [p.threads for p in frames[-1].processes]
-    assert any(p.threads for p in b.processes)
+    burning = next(p for p in b.processes if p.pid == burner.pid)
+    assert [t.tid for t in burning.threads] == [burner.pid]
 
 
 # ---- property: any frames survive the round trip --------------------------
