@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gputop.model.diagnosis import Diagnoser
 from gputop.sampler import Sampler
-from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
+from gputop.sources.base import GpuSource, SchedProbe
 from gputop.sources.procfs import ProcSource
 
 
@@ -21,11 +22,13 @@ class Options:
 
 def gpu_source(opts: Options) -> GpuSource:
     """The GPU source for these options: a demo's modelled GPU or NVML."""
-    if opts.demo is None:
-        from gputop.sources.nvml import NvmlSource
+    if opts.demo is not None:
+        from gputop.demo import demo_gpu_source
 
-        return NvmlSource()
-    return NoGpuSource("demo scenarios not available in this build")
+        return demo_gpu_source(opts.demo)
+    from gputop.sources.nvml import NvmlSource
+
+    return NvmlSource()
 
 
 def sched_probe(opts: Options) -> SchedProbe | None:
@@ -42,7 +45,7 @@ def build_sampler(opts: Options) -> Sampler:
         gpu=gpu_source(opts),
         procs=ProcSource(top_n=opts.top_n),
         probe=None if opts.no_bpf else sched_probe(opts),
-        diagnoser=None,
+        diagnoser=Diagnoser(),
         interval_s=opts.interval_s,
         notes=notes,
     )

@@ -653,3 +653,21 @@ def test_histogram_lines_cover_the_nonzero_log2_buckets() -> None:
 def test_pyspy_missing_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert "py-spy is not installed" in pyspy_dump(os.getpid())
+
+
+@pytest.mark.parametrize(
+    ("comm", "cmdline", "shown"),
+    [
+        ("python3", "/usr/bin/python3 train.py", "/usr/bin/python3 train.py"),
+        ("pt_data_worker", "python3 train.py", "pt_data_worker: python3 train.py"),
+        ("cpu_hog", "/v/bin/python -m demo", "cpu_hog: /v/bin/python -m demo"),
+        ("kworker/0:1", "", "[kworker/0:1]"),
+        ("pt_data_pin", "[thread pt_data_pin of 7]", "[thread pt_data_pin of 7]"),
+        ("stress-ng-cpu", "stress-ng-cpu [run]", "stress-ng-cpu [run]"),
+    ],
+)
+def test_command_column_names_renamed_processes(comm: str, cmdline: str, shown: str) -> None:
+    from gputop.widgets.process_table import command_text
+
+    p = replace(make_frame(0).processes[0], comm=comm, cmdline=cmdline)
+    assert command_text(p) == shown

@@ -51,10 +51,26 @@ COLUMNS: tuple[Column, ...] = (
     Column("preempt", "PRE/s", 6, lambda p: p.preempt_per_s, True, True),
     Column("gpu", "GPU", 3, lambda p: p.gpus, False),
     Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True),
-    Column("command", "COMMAND", 0, lambda p: p.cmdline or p.comm, False),
+    Column("command", "COMMAND", 0, lambda p: command_text(p), False),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
+
+
+def command_text(p: ProcessSample) -> str:
+    """The command line, led by the process's own name when it renamed itself.
+
+    Forked workers keep their parent's command line; only their name (comm, set
+    with prctl, as PyTorch does for "pt_data_worker") tells them apart.
+    """
+    if not p.cmdline:
+        return f"[{p.comm}]"
+    if p.cmdline.startswith("["):
+        return p.cmdline
+    argv0 = p.cmdline.split(" ", 1)[0].rsplit("/", 1)[-1]
+    if argv0.startswith(p.comm) or p.comm.startswith(argv0[:15]):
+        return p.cmdline
+    return f"{p.comm}: {p.cmdline}"
 
 
 def row_key(p: ProcessSample) -> str:
@@ -321,7 +337,7 @@ class ProcessTable(ScrollView, can_focus=True):
             (",".join(str(g) for g in p.gpus), ""),
             (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
             (prefix, "process-table--muted"),
-            ((p.cmdline or f"[{p.comm}]")[:300], role_cls),
+            (command_text(p)[:300], role_cls),
         )
 
     # ---- rendering ----------------------------------------------------------

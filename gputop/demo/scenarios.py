@@ -1,0 +1,124 @@
+"""The built-in demo scenarios: what the real host workload does and what its GPU is like."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gputop.demo.gpumodel import GpuSpec, KernelProfile, clock_ratio
+from gputop.errors import UsageError
+
+# The demo confines itself to this many CPUs so a scenario behaves (and costs)
+# the same on a laptop and on a 128-core node.
+DEMO_CPUS = 2
+
+_COMPUTE_BOUND = KernelProfile(sm_fill=0.9, dram_fill=0.35, full_power_w=620.0)
+_MEMORY_BOUND = KernelProfile(sm_fill=0.22, dram_fill=0.9, full_power_w=330.0)
+_POWER_HUNGRY = KernelProfile(sm_fill=0.92, dram_fill=0.5, full_power_w=900.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One demo: the training job's shape, the background load, the GPU's kernels."""
+
+    name: str
+    summary: str
+    expect: str
+    """The verdict gputop should reach."""
+    num_workers: int
+    worker_cpu_ms: float
+    """CPU time a DataLoader worker spends on one batch (decode, augment, collate)."""
+    worker_io_ms: float
+    """Time a worker sleeps per batch (reading from slow storage)."""
+    launch_cpu_ms: float
+    """Trainer CPU time per step spent launching kernels (Python, autograd, dispatch)."""
+    kernels_per_step: int
+    gpu_ms: float
+    """GPU compute time per step at full clocks."""
+    profile: KernelProfile
+    hogs_per_cpu: float = 0.0
+    """Background CPU hogs per demo CPU (the contention)."""
+    prefetch_factor: int = 2
+
+    def hogs(self, ncpu: int) -> int:
+        """How many CPU hogs to start on ``ncpu`` CPUs."""
+        return round(self.hogs_per_cpu * ncpu)
+
+    def step_gpu_ms(self, spec: GpuSpec) -> float:
+        """GPU time per step at the clock the power cap allows."""
+        return self.gpu_ms / clock_ratio(spec, self.profile)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="healthy",
+            summary="a GPU-bound training loop with idle CPUs to spare: GPU_UTIL and SM agree",
+            expect="ok",
+            num_workers=2,
+            worker_cpu_ms=4.0,
+            worker_io_ms=0.0,
+            launch_cpu_ms=3.0,
+            kernels_per_step=6,
+            gpu_ms=40.0,
+            profile=_COMPUTE_BOUND,
+        ),
+        Scenario(
+            name="cpu-contention",
+            summary="the trainer and 4 DataLoader workers fight CPU hogs: GPU_UTIL high, SM low",
+            expect="busy_but_starving",
+            num_workers=4,
+            worker_cpu_ms=6.0,
+            worker_io_ms=0.0,
+            launch_cpu_ms=18.0,
+            kernels_per_step=10,
+            gpu_ms=15.0,
+            profile=_COMPUTE_BOUND,
+            hogs_per_cpu=3.0,
+        ),
+        Scenario(
+            name="slow-dataloader",
+            summary="2 DataLoader workers cannot keep up: the trainer waits for batches",
+            expect="input_bound",
+            num_workers=2,
+            worker_cpu_ms=45.0,
+            worker_io_ms=55.0,
+            launch_cpu_ms=2.0,
+            kernels_per_step=4,
+            gpu_ms=12.0,
+            profile=_COMPUTE_BOUND,
+        ),
+        Scenario(
+            name="memory-bound",
+            summary="memory-bound kernels on an unloaded host: busy GPU, few SMs working",
+            expect="low_sm_efficiency",
+            num_workers=2,
+            worker_cpu_ms=4.0,
+            worker_io_ms=0.0,
+            launch_cpu_ms=3.0,
+            kernels_per_step=6,
+            gpu_ms=40.0,
+            profile=_MEMORY_BOUND,
+        ),
+        Scenario(
+            name="throttled",
+            summary="power-hungry kernels hit the power cap: clocks drop, steps slow down",
+            expect="throttled",
+            num_workers=2,
+            worker_cpu_ms=4.0,
+            worker_io_ms=0.0,
+            launch_cpu_ms=3.0,
+            kernels_per_step=6,
+            gpu_ms=40.0,
+            profile=_POWER_HUNGRY,
+        ),
+    )
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    """The scenario called ``name``; an unknown name raises UsageError listing the valid ones."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise UsageError(f"unknown demo {name!r} (choose from: {', '.join(SCENARIOS)})") from None

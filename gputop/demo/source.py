@@ -1,0 +1,170 @@
+"""DemoGpuSource: a GpuSource whose GPU is modelled from a real host workload's progress."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import IO
+
+import gputop
+from gputop.demo.gpumodel import GpuSpec, model_sample
+from gputop.demo.progress import SIZE, Progress, ProgressPage
+from gputop.demo.scenarios import Scenario
+from gputop.model.frame import GpuProcess, GpuReading, SourceStatus
+
+READY_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 3.0
+
+
+class DemoGpuSource:
+    """Starts the scenario's workload on ``open`` and reports its modelled GPU.
+
+    The workload runs in its own process group; ``close`` asks its launcher to
+    tear it down, kills the group if that takes too long, and reaps the launcher.
+    """
+
+    def __init__(self, scenario: Scenario, spec: GpuSpec | None = None) -> None:
+        self.scenario = scenario
+        self.spec = spec or GpuSpec()
+        self._status = SourceStatus("gpu", "demo", True, None)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._fd: int | None = None
+        self._page: ProgressPage | None = None
+        self._errors: IO[bytes] | None = None
+        self._prev: tuple[int, Progress] | None = None
+
+    @property
+    def status(self) -> SourceStatus:
+        return self._status
+
+    @property
+    def workload_pid(self) -> int | None:
+        """The launcher's pid (also the workload's process group), while running."""
+        return None if self._proc is None else self._proc.pid
+
+    def open(self) -> None:
+        """Start the workload and wait until its first step has run."""
+        if self._proc is not None:
+            return
+        self._fd = os.memfd_create("gputop-demo", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, SIZE)
+        self._page = ProgressPage(self._fd)
+        self._errors = tempfile.TemporaryFile()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(gputop.__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gputop.demo.workload",
+                "--scenario",
+                self.scenario.name,
+                "--shm-fd",
+                str(self._fd),
+                "--parent",
+                str(os.getpid()),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._errors,
+            pass_fds=(self._fd,),
+            env=env,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            p = self._page.read()
+            if p.ready:
+                self._prev = (time.monotonic_ns(), p)
+                return
+            self._check_alive()
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"demo workload did not start within {READY_TIMEOUT_S:.0f} s")
+            time.sleep(0.01)
+
+    def _check_alive(self) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            return
+        why = ""
+        if self._errors is not None:
+            self._errors.seek(0)
+            lines = self._errors.read().decode("utf-8", "replace").strip().splitlines()
+            why = f": {lines[-1]}" if lines else ""
+        rc = proc.returncode
+        self.close()
+        raise RuntimeError(f"demo workload exited with status {rc}{why}")
+
+    def read(self) -> GpuReading:
+        """The modelled GPU over the time since the previous read."""
+        if self._page is None or self._prev is None:
+            raise RuntimeError("demo GPU source is not open")
+        self._check_alive()
+        now = time.monotonic_ns()
+        cur = self._page.read()
+        t_prev, prev = self._prev
+        self._prev = (now, cur)
+        sample = model_sample(
+            self.spec,
+            self.scenario.profile,
+            index=0,
+            dt_s=(now - t_prev) / 1e9,
+            busy_s=(cur.busy_ns(now) - prev.busy_ns(t_prev)) / 1e9,
+            compute_s=(cur.compute_ns(now) - prev.compute_ns(t_prev)) / 1e9,
+            has_job=True,
+        )
+        proc = GpuProcess(
+            pid=cur.trainer_pid,
+            gpu_index=0,
+            gpu_mem_mib=self.spec.job_mem_mib,
+            sm_pct=sample.sm_active,
+        )
+        return GpuReading(gpus=(sample,), processes=(proc,))
+
+    def close(self) -> None:
+        """Stop the workload and release everything; safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop_group(proc)
+        if self._page is not None:
+            self._page.close()
+            self._page = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._errors is not None:
+            self._errors.close()
+            self._errors = None
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Tear the workload down and reap its launcher.
+
+    The launcher is signalled first so it can reap its tree; the group is only
+    killed while the launcher is unreaped (alive or a zombie), because until then
+    its pid, and so the group id, cannot belong to anyone else.
+    """
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            break
+        if info is not None:
+            break
+        time.sleep(0.005)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
