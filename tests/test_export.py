@@ -198,8 +198,10 @@ def _run_export(*args: str, env: dict[str, str] | None = None) -> subprocess.Pop
 
 
 @contextlib.contextmanager
-def _exporting(env: dict[str, str] | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", "--no-bpf", env=env)
+def _exporting(
+    env: dict[str, str] | None = None, *extra: str
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", "--no-bpf", *extra, env=env)
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
@@ -289,6 +291,27 @@ def test_real_scrape_over_loopback(exporter: tuple[subprocess.Popen[str], str]) 
     assert abs(first_t - time.time()) < 30
     time.sleep(0.5)
     assert _one(_families(_fetch(url)), "gputop_frame_timestamp_seconds") > first_t
+
+
+def test_the_verdict_gauge_follows_the_diagnosis_of_a_starving_demo() -> None:
+    with _exporting(None, "--demo", "cpu-contention") as (_p, url):
+        deadline = time.monotonic() + 60
+        while True:
+            fams = _wait_for_frame(url)
+            current = [s for s in fams.get("gputop_verdict", []) if s.value == 1.0]
+            if current and current[0].labels["state"] == "busy_but_starving":
+                break
+            assert time.monotonic() < deadline, current
+            time.sleep(0.3)
+    labels = current[0].labels
+    assert len(current) == 1
+    states = {s.labels["state"]: s.value for s in fams["gputop_verdict"]}
+    assert set(states) == set(VERDICT_STATES)
+    assert sum(states.values()) == 1.0
+    g = {"gpu": labels["gpu"], "uuid": labels["uuid"]}
+    util = _one(fams, "gputop_gpu_utilization_percent", **g)
+    assert _one(fams, "gputop_gpu_sm_active_percent", **g) < util / 2
+    assert "trainer" in {s.labels["role"] for s in fams["gputop_process_offcpu_percent"]}
 
 
 def test_scrapes_read_the_latest_frame_and_do_not_sample(

@@ -526,6 +526,40 @@ def test_snapshot_with_fake_nvml_has_gpu_frames_driver_facts_and_the_gpu_process
     assert next(s for s in b.meta["sources"] if s["name"] == "gpu")["live"] is True
 
 
+def test_snapshot_of_a_starving_demo_carries_the_verdict_and_its_evidence(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "gputop",
+            "snapshot",
+            "--demo",
+            "cpu-contention",
+            "--duration",
+            "4",
+            "--interval",
+            "0.5",
+            "--no-bpf",
+            "-o",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["verdicts"][0]["state"] == "busy_but_starving"
+    assert doc["verdicts"][0]["evidence"] and doc["verdicts"][0]["fixes"]
+    b = load_bundle(str(out))
+    assert b.verdicts[0].state == "busy_but_starving"
+    assert b.frames[-1].sources.gpu == "demo"
+    trainer = next(p for p in b.processes if p.role == "trainer")
+    assert any(p.role == "dataloader" and p.trainer_pid == trainer.pid for p in b.processes)
+
+
 def test_snapshot_command_reports_an_unwritable_output_in_one_line(tmp_path: Path) -> None:
     r = subprocess.run(
         [
