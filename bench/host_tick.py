@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputop.sampler import Sampler  # noqa: E402
-from gputop.sources.base import NoGpuSource  # noqa: E402
-from gputop.sources.procfs import ProcSource  # noqa: E402
+from gputop.sampler import Sampler
+from gputop.sources.base import NoGpuSource
+from gputop.sources.procfs import ProcSource
 
 SPAWNER_C = r"""
 #include <pthread.h>

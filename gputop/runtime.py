@@ -32,8 +32,16 @@ def gpu_source(opts: Options) -> GpuSource:
 
 
 def sched_probe(opts: Options) -> SchedProbe | None:
-    """The eBPF scheduler probe, unless --no-bpf."""
-    return None
+    """The eBPF scheduler probe, unless --no-bpf.
+
+    It is returned even where it cannot run: it finds that out on its own
+    thread and its status then says why and how to fix it.
+    """
+    if opts.no_bpf:
+        return None
+    from gputop.sources.sched_probe import BpfSchedProbe
+
+    return BpfSchedProbe()
 
 
 def build_sampler(opts: Options) -> Sampler:

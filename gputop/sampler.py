@@ -220,7 +220,8 @@ class Sampler:
             notes.append(f"gpu: {gs.reason}")
         if self.probe is not None:
             ps = self.probe.status
-            if probe_reading is None and ps.reason:
+            # A live probe has a reason only when something is wrong (failed map updates).
+            if ps.reason and (probe_reading is None or ps.live):
                 notes.append(f"sched: {ps.reason}")
         notes.extend(self._notes[-5:])
         return Sources(

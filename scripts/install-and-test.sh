@@ -15,13 +15,14 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   fi
   bash scripts/link-kernel-headers.sh
+  bash scripts/mount-tracefs.sh
 fi
 
 py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch]' \
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,torch,pyspy]' \
   2>pip-install.log || { cat pip-install.log >&2; exit 1; }
 
 .venv/bin/python -m pytest "$@"

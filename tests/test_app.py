@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -650,9 +651,45 @@ def test_histogram_lines_cover_the_nonzero_log2_buckets() -> None:
     assert histogram_lines((0, 0)) == ["no off-CPU stalls recorded"]
 
 
-def test_pyspy_missing_gives_a_clear_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert "py-spy is not installed" in pyspy_dump(os.getpid())
+def test_pyspy_missing_gives_a_clear_message(tmp_path: Path) -> None:
+    # A fresh interpreter whose PATH and own bin/ hold no py-spy.
+    code = (
+        "import sys; sys.executable = '/nonexistent/python';"
+        "from gputop.screens.process import pyspy_dump; print(pyspy_dump(1))"
+    )
+    env = dict(os.environ, PATH=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[1]))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert "py-spy is not installed" in out
+
+
+def test_pyspy_dumps_a_real_python_stack() -> None:
+    import shutil
+
+    beside = Path(sys.executable).with_name("py-spy")
+    if shutil.which("py-spy") is None and not beside.exists():
+        pytest.skip("py-spy not installed (the pyspy extra)")
+    if os.geteuid() != 0:
+        pytest.skip("py-spy needs ptrace permission (root here)")
+    code = (
+        "import time\n"
+        "def waiting_for_the_next_batch():\n    time.sleep(60)\n"
+        "waiting_for_the_next_batch()\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        out = ""
+        while time.monotonic() < deadline:
+            out = pyspy_dump(p.pid)
+            if "waiting_for_the_next_batch" in out:
+                break
+            time.sleep(0.3)
+        assert "waiting_for_the_next_batch" in out, out
+    finally:
+        p.kill()
+        p.wait()
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -50,7 +52,9 @@ def histogram_lines(hist: Sequence[int], width: int = 30) -> list[str]:
 
 def pyspy_dump(pid: int) -> str:
     """The process's Python stack from `py-spy dump`, or one line saying why there is none."""
-    exe = shutil.which("py-spy")
+    # A venv's bin/ is often not on PATH when gputop is started as .venv/bin/gputop.
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    exe = shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
     if exe is None:
         return "py-spy is not installed (pip install 'gputop-tui[pyspy]') — no Python stack."
     try:

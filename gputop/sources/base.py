@@ -41,6 +41,8 @@ class TaskSched:
     nvcsw: int = 0
     longest_offcpu_ns: int = 0
     hist: tuple[int, ...] | None = None
+    # Context switches the probe detected it had not been shown (their time is partly lost).
+    missed_switches: int = 0
 
 
 @dataclass(frozen=True, slots=True)

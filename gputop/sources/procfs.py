@@ -368,7 +368,7 @@ class ProcSource:
                 d_vol += dv
                 d_invol += di
                 t_pre, t_vcs = di / dt, dv / dt
-                if ss is not None and oncpu >= tp.oncpu:
+                if ss is not None and self._has_schedstat and oncpu >= tp.oncpu:
                     t_cpu = min(100.0, 100.0 * (oncpu - tp.oncpu) / 1e9 / dt)
                     t_off = max(0.0, 100.0 - t_cpu)
                     t_runq = min(100.0, 100.0 * (delay - tp.run_delay) / 1e9 / dt)
@@ -376,6 +376,12 @@ class ProcSource:
                 # Born during the interval: all its switches happened in it.
                 d_vol += vol
                 d_invol += invol
+            # The probe's numbers, where it saw this thread switch, replace the estimates.
+            pt = probe.per_tid.get(tid) if probe is not None and dt is not None else None
+            if probe is not None and pt is not None:
+                pdt = probe.dt_ns or 1
+                t_off = min(100.0, 100.0 * (pt.runq_ns + pt.blocked_ns) / pdt)
+                t_runq = min(100.0, 100.0 * pt.runq_ns / pdt)
             if tid == st.pid:
                 main_off, main_runq = t_off, t_runq
             ts = ThreadSample(
@@ -417,8 +423,6 @@ class ProcSource:
                 vcsw_rate = g.nvcsw * 1e9 / pdt
                 longest = round(g.longest_offcpu_ns / 1e6, 3)
                 hist = g.hist
-        if not self._has_schedstat:
-            main_off = main_runq = None
         if special and role == "other":
             role, trainer = "trainer", st.pid
         gpus, gmem, gsm = gpu if gpu is not None else ((), None, None)

@@ -1,0 +1,242 @@
+// gputop's scheduler probe: per-thread and per-process off-CPU time, split into
+// run-queue wait and blocked time, with context-switch counts and a log2
+// histogram of off-CPU stretches. Loaded by bcc (gputop/sources/sched_probe.py).
+//
+// sched:sched_switch does the work; sched:sched_wakeup only stamps when a
+// blocked thread became runnable again; sched:sched_process_exit frees entries.
+//
+// It reads ONLY the tracepoints' own fields (whose layout bcc takes from tracefs
+// at compile time) and helper values. It never reads a kernel struct: the
+// headers it is compiled against may belong to another kernel version, and a
+// struct read at a wrong offset would return garbage without any error.
+//
+// Everything is aggregated here, in maps; nothing is sent per event. User space
+// reads the maps once per tick and takes differences.
+//
+// Defined by the loader (-D...):
+//   MAX_THREADS, MAX_TGIDS  map bounds (see docs/ebpf.md)
+//   NOT_RUNNABLE_MASK       prev_state bits meaning "not runnable" (S D T t X Z P I),
+//                           read from this kernel's sched_switch print format
+//   DEAD_MASK               prev_state bits of an exiting task (X Z)
+//   HIST_SLOTS              log2 histogram buckets
+
+#include <uapi/linux/ptrace.h>
+
+// Per thread, keyed by tid. Written only around that thread's own switches,
+// which the scheduler serialises, so plain stores are enough.
+struct thread_t {
+    u64 out_ts;      // when it last left a CPU; 0 while on a CPU or unknown
+    u64 wake_ts;     // when it was woken after leaving blocked; 0 if not (yet)
+    u64 in_ts;       // when it last got a CPU; 0 while off or unknown
+    u64 runq_ns;     // runnable, waiting for a CPU: preempted, or woken and not yet run
+    u64 blocked_ns;  // blocked: from a blocking switch-out to its wakeup
+    u64 oncpu_ns;
+    u64 nivcsw;      // switched out runnable (preempted, yielded)
+    u64 nvcsw;       // switched out blocked
+    u64 missed;      // switches the probe did not see (detected afterwards)
+    u64 longest_ns[2];     // longest stretch ended in epoch longest_ep[i]
+    u32 longest_ep[2];
+    u32 tgid;
+    u32 runnable;    // state at the last switch-out
+};
+
+// Per thread group, keyed by tgid. Threads of a group switch on several CPUs at
+// once, so the shared counters use atomic adds.
+struct group_t {
+    u64 dead_runq_ns;     // totals folded in from threads that have exited
+    u64 dead_blocked_ns;
+    u64 dead_oncpu_ns;
+    u64 dead_nivcsw;
+    u64 dead_nvcsw;
+    u64 dead_missed;
+    u64 longest_ns[2];
+    u32 longest_ep[2];
+    u64 hist[HIST_SLOTS]; // off-CPU stretches by floor(log2(ns))
+};
+
+BPF_HASH(threads, u32, struct thread_t, MAX_THREADS);
+BPF_HASH(groups, u32, struct group_t, MAX_TGIDS);
+// Threads between sched_process_exit and their last switch-out, so a switch in
+// that window does not create their entries again. LRU: a missed last switch
+// can never fill it.
+BPF_TABLE("lru_hash", u32, u8, exiting, MAX_THREADS);
+// [0] user space's interval counter, flipped once per read.
+BPF_ARRAY(epoch, u32, 1);
+// Failed map updates: [0] thread map full, [1] group map full,
+// [2] "current" was not sched_switch's prev (should never happen).
+BPF_ARRAY(errors, u64, 3);
+
+static __always_inline void count_error(int idx) {
+    u64 *e = errors.lookup(&idx);
+    if (e)
+        __sync_fetch_and_add(e, 1);
+}
+
+static __always_inline u32 current_epoch(void) {
+    int zero = 0;
+    u32 *ep = epoch.lookup(&zero);
+    return ep ? *ep : 0;
+}
+
+// Keep the longest stretch per epoch in two slots so user space can read the
+// finished interval's slot while the next interval fills the other one.
+static __always_inline void note_longest(u64 *ns, u32 *ep, u32 cur, u64 d) {
+    u32 i = cur & 1;
+    if (ep[i] != cur) {
+        ep[i] = cur;
+        ns[i] = d;
+    } else if (d > ns[i]) {
+        ns[i] = d;
+    }
+}
+
+static __always_inline struct group_t *group_of(u32 tgid) {
+    struct group_t *g = groups.lookup(&tgid);
+    if (g)
+        return g;
+    struct group_t zero = {};
+    if (groups.insert(&tgid, &zero) != 0) {
+        // -EEXIST means another CPU created it first: not an error.
+        g = groups.lookup(&tgid);
+        if (!g)
+            count_error(1);
+        return g;
+    }
+    return groups.lookup(&tgid);
+}
+
+// A thread is gone: keep its totals in its group, then free its entry.
+static __always_inline void retire_thread(u32 tid) {
+    struct thread_t *t = threads.lookup(&tid);
+    if (!t)
+        return;
+    u32 tgid = t->tgid;
+    struct group_t *g = groups.lookup(&tgid);
+    if (g) {
+        __sync_fetch_and_add(&g->dead_runq_ns, t->runq_ns);
+        __sync_fetch_and_add(&g->dead_blocked_ns, t->blocked_ns);
+        __sync_fetch_and_add(&g->dead_oncpu_ns, t->oncpu_ns);
+        __sync_fetch_and_add(&g->dead_nivcsw, t->nivcsw);
+        __sync_fetch_and_add(&g->dead_nvcsw, t->nvcsw);
+        __sync_fetch_and_add(&g->dead_missed, t->missed);
+    }
+    threads.delete(&tid);
+}
+
+// Split the off-CPU stretch [out, end) into run-queue wait and blocked time.
+// A blocked stretch turns into run-queue wait at its wakeup, as the kernel's
+// own run_delay does.
+static __always_inline void account_offcpu(struct thread_t *t, u64 out, u64 end) {
+    if (t->runnable) {
+        t->runq_ns += end - out;
+    } else if (t->wake_ts > out && t->wake_ts <= end) {
+        t->blocked_ns += t->wake_ts - out;
+        t->runq_ns += end - t->wake_ts;
+    } else {
+        t->blocked_ns += end - out;
+    }
+}
+
+TRACEPOINT_PROBE(sched, sched_switch) {
+    u64 now = bpf_ktime_get_ns();
+    u32 prev = args->prev_pid;
+    u32 next = args->next_pid;
+    long state = args->prev_state;
+
+    // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
+    if (prev != 0) {
+        if (state & DEAD_MASK) {
+            // Its last switch: nothing after this can end an off-CPU stretch.
+            retire_thread(prev);
+            exiting.delete(&prev);
+        } else {
+            u64 id = bpf_get_current_pid_tgid();
+            if ((u32)id != prev)
+                count_error(2);
+            struct thread_t *t = threads.lookup(&prev);
+            if (!t && !exiting.lookup(&prev)) {
+                struct thread_t zero = {};
+                if (threads.insert(&prev, &zero) != 0)
+                    count_error(0);
+                t = threads.lookup(&prev);
+            }
+            if (t) {
+                // At sched_switch "current" is still prev: its tgid comes from the helper.
+                t->tgid = id >> 32;
+                if (t->in_ts != 0 && now > t->in_ts) {
+                    t->oncpu_ns += now - t->in_ts;
+                } else if (t->out_ts != 0) {
+                    // Its switch-in never reached us (about 1% of switches do
+                    // not; docs/ebpf.md). A woken thread was blocked until its
+                    // wakeup; the rest of the stretch is unknown.
+                    t->missed += 1;
+                    if (!t->runnable && t->wake_ts > t->out_ts && t->wake_ts <= now)
+                        t->blocked_ns += t->wake_ts - t->out_ts;
+                }
+                t->in_ts = 0;
+                t->wake_ts = 0;
+                t->out_ts = now;
+                // R (state 0) and R+ (preempted: only the bit above the report mask)
+                // are runnable; this is how the kernel picks nivcsw over nvcsw.
+                if (state & NOT_RUNNABLE_MASK) {
+                    t->runnable = 0;
+                    t->nvcsw += 1;
+                } else {
+                    t->runnable = 1;
+                    t->nivcsw += 1;
+                }
+            }
+        }
+    }
+
+    // The incoming thread: end its off-CPU stretch, if we saw it begin.
+    if (next == 0)
+        return 0;
+    struct thread_t *t = threads.lookup(&next);
+    if (!t)
+        return 0;
+    u64 out = t->out_ts;
+    if (out == 0 && t->in_ts != 0)
+        t->missed += 1;  // its switch-out was not delivered: that stretch is lost
+    t->in_ts = now;
+    if (out == 0 || now <= out)
+        return 0;
+    u64 d = now - out;
+    account_offcpu(t, out, now);
+    t->out_ts = 0;
+    t->wake_ts = 0;
+    u32 cur = current_epoch();
+    note_longest(t->longest_ns, t->longest_ep, cur, d);
+
+    struct group_t *g = group_of(t->tgid);
+    if (!g)
+        return 0;
+    note_longest(g->longest_ns, g->longest_ep, cur, d);
+    u32 slot = bpf_log2l(d) - 1;  // bcc's bpf_log2l is floor(log2) + 1
+    if (slot >= HIST_SLOTS)
+        slot = HIST_SLOTS - 1;
+    __sync_fetch_and_add(&g->hist[slot], 1);
+    return 0;
+}
+
+// The end of a blocked stretch: from here on the thread waits for a CPU.
+TRACEPOINT_PROBE(sched, sched_wakeup) {
+    u32 tid = args->pid;
+    struct thread_t *t = threads.lookup(&tid);
+    if (t && t->out_ts != 0 && !t->runnable && t->wake_ts == 0)
+        t->wake_ts = bpf_ktime_get_ns();
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit) {
+    u32 tid = args->pid;
+    u8 one = 1;
+    retire_thread(tid);
+    exiting.update(&tid, &one);
+    if (args->group_dead) {
+        // The group's last thread is leaving; its totals are of no further use.
+        u32 tgid = bpf_get_current_pid_tgid() >> 32;
+        groups.delete(&tgid);
+    }
+    return 0;
+}

@@ -1,0 +1,496 @@
+"""The eBPF scheduler probe: ``sched:sched_switch`` aggregated in kernel maps, via bcc.
+
+``open()`` returns at once; a background thread checks the prerequisites,
+compiles ``bpf/sched_probe.c`` (about half a second) and attaches it. Until then
+``read()`` returns None and the sampler serves the /proc numbers, with
+``status.reason`` saying what is happening or why the probe cannot run, and the fix.
+
+Each ``read()`` flips the program's epoch counter (so the longest stretch of the
+finished interval can be read), reads the maps in batches and returns the
+differences since the previous read. An off-CPU (or on-CPU) stretch still in
+progress at read time is credited up to now, so a thread that sleeps through
+several intervals shows as off-CPU in each of them rather than all at once when
+it wakes up.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from gputop.model.frame import SourceStatus
+from gputop.sources.base import ProbeReading, TaskSched
+from gputop.sources.bcc_loader import find_bcc
+
+MAX_THREADS = 32768
+MAX_TGIDS = 8192
+HIST_SLOTS = 40
+# Where bcc looks for a tracepoint's layout, in its own order.
+TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+SWEEP_EVERY_READS = 10
+
+_CAP_SYS_ADMIN = 21
+_CAP_PERFMON = 38
+_CAP_BPF = 39
+
+_ERROR_NAMES = ("thread map full", "process map full", "current was not the outgoing task")
+
+
+def bpf_source_path() -> str:
+    """The BPF C program: inside the installed package, else the source tree's ``bpf/``."""
+    installed = resources.files("gputop") / "bpf" / "sched_probe.c"
+    if installed.is_file():
+        return str(installed)
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "bpf", "sched_probe.c"))
+
+
+def state_masks(format_text: str) -> tuple[int, int] | None:
+    """(not-runnable bits, exiting-task bits) of sched_switch's prev_state.
+
+    Read from the tracepoint's print format, which lists every state flag the
+    kernel reports ({ 0x1, "S" }, ... { 0x80, "I" }); a prev_state with none of
+    them is "R", or "R+" when the task was preempted. None when the format has
+    no such list.
+    """
+    flags = re.findall(r"\{\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*\"([A-Za-z])\"\s*\}", format_text)
+    if not flags:
+        return None
+    not_runnable = dead = 0
+    for value, letter in flags:
+        bit = int(value, 0)
+        not_runnable |= bit
+        if letter in ("X", "Z"):
+            dead |= bit
+    return not_runnable, dead
+
+
+def has_bpf_capabilities(status_text: str) -> bool:
+    """True when CapEff (from /proc/self/status) allows loading and attaching the probe."""
+    m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status_text, re.M)
+    if m is None:
+        return os.geteuid() == 0
+    caps = int(m.group(1), 16)
+    if caps & (1 << _CAP_SYS_ADMIN):
+        return True
+    return bool(caps & (1 << _CAP_BPF)) and bool(caps & (1 << _CAP_PERFMON))
+
+
+def kernel_headers_present(release: str) -> bool:
+    """Whether bcc will find headers to compile against, by bcc's own test.
+
+    bcc looks for ``include/linux/kconfig.h`` under ``$BCC_KERNEL_SOURCE`` or
+    ``/lib/modules/RELEASE/{build,source}``, then for the kernel's built-in
+    ``kheaders``. When it finds none its C library prints to stdout, which would
+    corrupt ``gputop record -o -``; so this check must be at least as strict.
+    """
+    src = os.environ.get("BCC_KERNEL_SOURCE")
+    mod = f"/lib/modules/{release}"
+    roots = [src] if src else [f"{mod}/build", f"{mod}/source"]
+    if any(os.path.isfile(f"{r}/include/linux/kconfig.h") for r in roots):
+        return True
+    return os.path.exists("/sys/kernel/kheaders.tar.xz")
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Why the probe cannot run here, and the fix (None when there is no simple one)."""
+
+    reason: str
+    fix: str | None
+
+
+def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavailable:
+    """Everything the probe needs before compiling, checked in order.
+
+    Returns (the bcc module, prev_state masks) or why not. Cheap and side-effect
+    free apart from importing bcc, so ``gputop doctor`` can call it too.
+    """
+    status_text = _read_text(f"{proc_root}/self/status") or ""
+    if not has_bpf_capabilities(status_text):
+        return Unavailable(
+            "needs root (or CAP_BPF + CAP_PERFMON)",
+            "run gputop with sudo (or give it CAP_BPF, CAP_PERFMON and read access to tracefs)",
+        )
+    bcc, why = find_bcc()
+    if bcc is None:
+        # find_bcc's reason already names the package to install.
+        return Unavailable(str(why), None)
+    fmt = None
+    for d in TRACEFS_DIRS:
+        fmt = _read_text(f"{d}/events/sched/sched_switch/format")
+        if fmt is not None:
+            break
+    if fmt is None:
+        return Unavailable(
+            "tracefs is not mounted (no sched_switch format)",
+            "mount -t tracefs nodev /sys/kernel/tracing",
+        )
+    masks = state_masks(fmt)
+    if masks is None:
+        return Unavailable("cannot read prev_state flags from sched_switch's format", None)
+    release = os.uname().release
+    if not kernel_headers_present(release):
+        return Unavailable(
+            f"no kernel headers for {release}",
+            f"apt-get install linux-headers-{release} (or set BCC_KERNEL_SOURCE)",
+        )
+    return bcc, masks
+
+
+@dataclass(slots=True)
+class _Cum:
+    """One thread's or group's running totals, as last credited."""
+
+    tgid: int
+    runq_ns: int
+    blocked_ns: int
+    oncpu_ns: int
+    nivcsw: int
+    nvcsw: int
+    missed: int = 0
+
+    def add(self, other: _Cum) -> None:
+        self.runq_ns += other.runq_ns
+        self.blocked_ns += other.blocked_ns
+        self.oncpu_ns += other.oncpu_ns
+        self.nivcsw += other.nivcsw
+        self.nvcsw += other.nvcsw
+        self.missed += other.missed
+
+
+def _delta(cur: _Cum, prev: _Cum | None) -> tuple[_Cum, _Cum]:
+    """(this interval's change, the totals to diff against next time).
+
+    Totals only grow, but a read can land between two stores of the probe and
+    see a total a little too high or too low; keeping the higher one as the
+    base makes such a glitch cost one interval's precision, never a double count.
+    """
+    if prev is None or prev.tgid != cur.tgid or cur.nivcsw + cur.nvcsw < prev.nivcsw + prev.nvcsw:
+        return cur, cur
+    fields = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed")
+    d = _Cum(cur.tgid, 0, 0, 0, 0, 0)
+    base = _Cum(cur.tgid, 0, 0, 0, 0, 0)
+    for f in fields:
+        c, p = getattr(cur, f), getattr(prev, f)
+        setattr(d, f, max(0, c - p))
+        setattr(base, f, max(c, p))
+    return d, base
+
+
+def _as_int(v: Any) -> int:
+    """A map key or counter as an int (batch reads give ints, plain reads ctypes scalars)."""
+    return v if isinstance(v, int) else int(v.value)
+
+
+def _longest(ns: Any, ep: Any, epoch: int) -> int:
+    i = epoch & 1
+    return int(ns[i]) if int(ep[i]) == epoch else 0
+
+
+class BpfSchedProbe:
+    """Scheduler probe on ``sched:sched_switch`` (bcc); implements ``SchedProbe``.
+
+    ``max_threads`` and ``max_tgids`` bound the kernel maps; when one is full
+    the probe counts the failed insert, and ``status.reason`` says so.
+    """
+
+    def __init__(
+        self,
+        max_threads: int = MAX_THREADS,
+        max_tgids: int = MAX_TGIDS,
+        proc_root: str = "/proc",
+    ) -> None:
+        self.max_threads = max_threads
+        self.max_tgids = max_tgids
+        self.proc_root = proc_root
+        self._lock = threading.Lock()
+        self._status = SourceStatus("sched", "bpf", False, "eBPF probe not started")
+        self._bpf: Any = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._epoch = 0
+        self._last_ns: int | None = None
+        self._prev_tid: dict[int, _Cum] = {}
+        self._prev_tgid: dict[int, _Cum] = {}
+        self._prev_hist: dict[int, tuple[int, ...]] = {}
+        self._errors_seen = 0
+        self._reads = 0
+        self.attach_s: float | None = None
+
+    # ---- lifecycle ------------------------------------------------------------
+
+    @property
+    def status(self) -> SourceStatus:
+        return self._status
+
+    @property
+    def attached(self) -> bool:
+        return self._bpf is not None
+
+    def open(self) -> None:
+        """Start compiling and attaching on a background thread; returns at once."""
+        with self._lock:
+            if self._thread is not None or self._closed:
+                return
+            self._status = SourceStatus("sched", "bpf", False, "compiling BPF program…")
+            self._thread = threading.Thread(target=self._load, name="gputop-bpf-load", daemon=True)
+            self._thread.start()
+
+    def wait_attached(self, timeout_s: float) -> bool:
+        """Block until the background load ends (attached or failed); True when attached."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout_s)
+        return self.attached
+
+    def close(self) -> None:
+        """Detach the probe; waits for an in-flight compile so nothing stays attached."""
+        with self._lock:
+            self._closed = True
+            t = self._thread
+        if t is not None and t is not threading.current_thread():
+            # Compiling takes about a second; after that the loader sees _closed.
+            t.join(timeout=30)
+        with self._lock:
+            bpf, self._bpf = self._bpf, None
+        if bpf is not None:
+            bpf.cleanup()
+            self._status = SourceStatus("sched", "bpf", False, "eBPF probe detached")
+
+    def _fail(self, reason: str, fix: str | None) -> None:
+        # The frame's notes carry only the reason, so the fix goes into it as well.
+        text = f"eBPF probe off: {reason}; scheduler numbers from /proc"
+        if fix:
+            text += f"; fix: {fix}"
+        self._status = SourceStatus("sched", "bpf", False, text, fix)
+
+    def _load(self) -> None:
+        started = time.monotonic()
+        pre = preflight(self.proc_root)
+        if isinstance(pre, Unavailable):
+            self._fail(pre.reason, pre.fix)
+            return
+        bcc, masks = pre
+        cflags = [
+            f"-DMAX_THREADS={self.max_threads}",
+            f"-DMAX_TGIDS={self.max_tgids}",
+            f"-DHIST_SLOTS={HIST_SLOTS}",
+            f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
+            f"-DDEAD_MASK={masks[1]:#x}",
+        ]
+        try:
+            bpf = bcc.BPF(src_file=bpf_source_path().encode(), cflags=cflags)
+        except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            self._fail(
+                f"BPF program failed to load: {first}",
+                "see the compiler output on stderr; `gputop doctor` checks headers and tracefs",
+            )
+            return
+        with self._lock:
+            if self._closed:
+                bpf.cleanup()
+                return
+            self._bpf = bpf
+            self._last_ns = time.monotonic_ns()
+            self.attach_s = time.monotonic() - started
+            self._status = SourceStatus("sched", "bpf", True, None)
+
+    def program_fds(self) -> dict[str, int]:
+        """Name -> file descriptor of each attached BPF program (for bpf_stats in bench/)."""
+        bpf = self._bpf
+        if bpf is None:
+            return {}
+        return {
+            (k.decode() if isinstance(k, bytes) else str(k)): int(fn.fd)
+            for k, fn in bpf.funcs.items()
+        }
+
+    # ---- reading --------------------------------------------------------------
+
+    def _items(self, table: Any) -> Iterator[tuple[Any, Any]]:
+        try:
+            yield from table.items_lookup_batch()
+        except Exception:  # noqa: BLE001 - kernels before 5.6 have no batch ops
+            yield from table.items()
+
+    def map_keys(self) -> tuple[set[int], set[int]]:
+        """(tids, tgids) that have entries in the kernel maps now."""
+        bpf = self._bpf
+        if bpf is None:
+            return set(), set()
+        tids = {_as_int(k) for k, _ in self._items(bpf[b"threads"])}
+        tgids = {_as_int(k) for k, _ in self._items(bpf[b"groups"])}
+        return tids, tgids
+
+    def read(self) -> ProbeReading | None:
+        """Deltas since the previous read (the first one: since attach); None until attached."""
+        bpf = self._bpf
+        if bpf is None or self._last_ns is None:
+            return None
+        epoch_map = bpf[b"epoch"]
+        ended = self._epoch
+        self._epoch = (ended + 1) & 0xFFFFFFFF
+        epoch_map[epoch_map.Key(0)] = epoch_map.Leaf(self._epoch)
+        now = time.monotonic_ns()
+        dt_ns = max(1, now - self._last_ns)
+        self._last_ns = now
+
+        threads = list(self._items(bpf[b"threads"]))
+        groups = list(self._items(bpf[b"groups"]))
+        errors = sum(_as_int(v) for _, v in bpf[b"errors"].items())
+
+        per_tid: dict[int, TaskSched] = {}
+        group_cum: dict[int, _Cum] = {}
+        new_prev_tid: dict[int, _Cum] = {}
+        for k, t in threads:
+            tid = _as_int(k)
+            runq, blocked, oncpu = int(t.runq_ns), int(t.blocked_ns), int(t.oncpu_ns)
+            out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
+            # Credit the stretch in progress up to now, split the way the probe will.
+            if out_ts and now > out_ts:
+                if t.runnable:
+                    runq += now - out_ts
+                elif out_ts < wake_ts < now:
+                    blocked += wake_ts - out_ts
+                    runq += now - wake_ts
+                else:
+                    blocked += now - out_ts
+            elif in_ts and now > in_ts:
+                oncpu += now - in_ts
+            cur = _Cum(
+                int(t.tgid), runq, blocked, oncpu, int(t.nivcsw), int(t.nvcsw), int(t.missed)
+            )
+            d, base = _delta(cur, self._prev_tid.get(tid))
+            new_prev_tid[tid] = base
+            per_tid[tid] = TaskSched(
+                runq_ns=d.runq_ns,
+                blocked_ns=d.blocked_ns,
+                oncpu_ns=d.oncpu_ns,
+                nivcsw=d.nivcsw,
+                nvcsw=d.nvcsw,
+                longest_offcpu_ns=_longest(t.longest_ns, t.longest_ep, ended),
+                missed_switches=d.missed,
+            )
+            g = group_cum.get(cur.tgid)
+            if g is None:
+                group_cum[cur.tgid] = _Cum(cur.tgid, 0, 0, 0, 0, 0)
+                group_cum[cur.tgid].add(cur)
+            else:
+                g.add(cur)
+        self._prev_tid = new_prev_tid
+
+        per_tgid: dict[int, TaskSched] = {}
+        new_prev_tgid: dict[int, _Cum] = {}
+        new_prev_hist: dict[int, tuple[int, ...]] = {}
+        group_rows = {_as_int(k): g for k, g in groups}
+        for tgid in set(group_cum) | set(group_rows):
+            row = group_rows.get(tgid)
+            cur = group_cum.get(tgid) or _Cum(tgid, 0, 0, 0, 0, 0)
+            longest = 0
+            hist_d: tuple[int, ...] | None = None
+            if row is not None:
+                cur.add(
+                    _Cum(
+                        tgid,
+                        int(row.dead_runq_ns),
+                        int(row.dead_blocked_ns),
+                        int(row.dead_oncpu_ns),
+                        int(row.dead_nivcsw),
+                        int(row.dead_nvcsw),
+                        int(row.dead_missed),
+                    )
+                )
+                longest = _longest(row.longest_ns, row.longest_ep, ended)
+                hist = tuple(int(x) for x in row.hist)
+                ph = self._prev_hist.get(tgid)
+                hist_d = (
+                    hist
+                    if ph is None
+                    else tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
+                )
+                new_prev_hist[tgid] = hist if ph is None else tuple(map(max, hist, ph))
+            d, base = _delta(cur, self._prev_tgid.get(tgid))
+            new_prev_tgid[tgid] = base
+            per_tgid[tgid] = TaskSched(
+                runq_ns=d.runq_ns,
+                blocked_ns=d.blocked_ns,
+                oncpu_ns=d.oncpu_ns,
+                nivcsw=d.nivcsw,
+                nvcsw=d.nvcsw,
+                longest_offcpu_ns=longest,
+                hist=hist_d,
+                missed_switches=d.missed,
+            )
+        self._prev_tgid = new_prev_tgid
+        self._prev_hist = new_prev_hist
+
+        new_errors = max(0, errors - self._errors_seen)
+        self._errors_seen = max(errors, self._errors_seen)
+        if self._errors_seen:
+            self._status = SourceStatus(
+                "sched",
+                "bpf",
+                True,
+                f"eBPF probe: {self._errors_seen} failed map updates ({self._error_detail(bpf)});"
+                " some threads are not tracked",
+                f"raise the map bounds (max_threads={self.max_threads},"
+                f" max_tgids={self.max_tgids}) in BpfSchedProbe",
+            )
+        self._reads += 1
+        if self._reads % SWEEP_EVERY_READS == 0:
+            self.sweep(group_cum.keys() | group_rows.keys(), per_tid.keys())
+        return ProbeReading(dt_ns=dt_ns, per_tgid=per_tgid, per_tid=per_tid, map_errors=new_errors)
+
+    def _error_detail(self, bpf: Any) -> str:
+        parts = []
+        for k, v in bpf[b"errors"].items():
+            n = _as_int(v)
+            idx = _as_int(k)
+            if n and idx < len(_ERROR_NAMES):
+                parts.append(f"{_ERROR_NAMES[idx]}: {n}")
+        return ", ".join(parts)
+
+    def sweep(self, tgids: Iterable[int], tids: Iterable[int]) -> int:
+        """Free entries of tasks that are gone but whose exit the probe missed.
+
+        The probe frees entries itself at exit; this is the backstop for the
+        narrow races around exit (see docs/ebpf.md). Returns how many it freed.
+        """
+        bpf = self._bpf
+        if bpf is None:
+            return 0
+        freed = 0
+        gone_groups = [g for g in tgids if not os.path.exists(f"{self.proc_root}/{g}")]
+        table = bpf[b"groups"]
+        for g in gone_groups:
+            try:
+                del table[table.Key(g)]
+                freed += 1
+            except KeyError:
+                pass
+        table = bpf[b"threads"]
+        for tid in tids:
+            tgid = self._prev_tid[tid].tgid if tid in self._prev_tid else tid
+            if not os.path.exists(f"{self.proc_root}/{tgid}/task/{tid}"):
+                try:
+                    del table[table.Key(tid)]
+                    freed += 1
+                except KeyError:
+                    pass
+        return freed

@@ -1,0 +1,234 @@
+"""The probe through the command line: live as root, the fallbacks, and detaching on SIGTERM."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
+
+ROOT = Path(__file__).resolve().parents[1]
+IS_ROOT = os.geteuid() == 0
+BCC_WHY = find_bcc()[1]
+
+needs_root_bcc = pytest.mark.skipif(
+    not IS_ROOT or BCC_WHY is not None,
+    reason="needs root and bcc" if BCC_WHY is None else f"bcc unavailable: {BCC_WHY}",
+)
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root to change user or mounts")
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gputop", *args]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.update(extra)
+    return env
+
+
+def _frames(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def _record(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> list[dict[str, Any]]:
+    r = subprocess.run(
+        argv, capture_output=True, text=True, timeout=60, env=env or _env(), cwd=ROOT, **kw
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    return _frames(r.stdout)
+
+
+@pytest.mark.root
+@needs_root_bcc
+def test_record_as_root_switches_to_bpf_after_compiling():
+    frames = _record(_cmd("record", "--duration", "3", "--interval", "0.5"))
+    assert frames
+    bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
+    assert bpf, [f["sources"] for f in frames]
+    # Once live it stays live, and only the probe fills in blocked time.
+    first = frames.index(bpf[0])
+    assert all(f["sources"]["sched"] == "bpf" for f in frames[first:])
+    assert any(p.get("blocked_pct") is not None for f in bpf for p in f["processes"])
+
+
+def test_no_bpf_forces_procfs():
+    frames = _record(_cmd("record", "--duration", "1", "--interval", "0.5", "--no-bpf"))
+    assert frames
+    for f in frames:
+        assert f["sources"]["sched"] == "procfs"
+        assert any("--no-bpf" in n for n in f["sources"]["notes"])
+        assert all(p.get("blocked_pct") is None for p in f["processes"])
+
+
+def _procfs_with_note(frames: list[dict[str, Any]], *words: str) -> None:
+    assert frames
+    for f in frames:
+        assert f["sources"]["sched"] == "procfs"
+    notes = [n for n in frames[-1]["sources"]["notes"] if n.startswith("sched:")]
+    assert notes, frames[-1]["sources"]
+    for w in words:
+        assert w in notes[0], notes[0]
+
+
+@pytest.mark.root
+@needs_root
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_bcc_installed_falls_back_to_procfs_with_the_fix():
+    # A private mount namespace in which the distro's bcc package directory is empty:
+    # for this one process, python3-bpfcc is simply not installed.
+    bcc_dir = os.path.join(DISTRO_DIRS[0], "bcc")
+    if not os.path.isdir(bcc_dir):
+        pytest.skip("bcc is not installed here at all")
+    frames = _record_hiding(bcc_dir)
+    _procfs_with_note(frames, "bcc", "not installed", "python3-bpfcc")
+
+
+def _record_hiding(*paths: str) -> list[dict[str, Any]]:
+    """`gputop record` in a private mount namespace where these directories are empty."""
+    mounts = " && ".join(f"mount -t tmpfs none {p}" for p in paths)
+    script = f"{mounts} && exec " + " ".join(
+        _cmd("record", "--duration", "1.5", "--interval", "0.5")
+    )
+    return _record(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_kernel_headers_falls_back_to_procfs_with_the_fix():
+    frames = _record_hiding("/lib/modules")
+    _procfs_with_note(frames, "no kernel headers", "linux-headers-")
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_tracefs_falls_back_to_procfs_with_the_fix():
+    hide = [d for d in ("/sys/kernel/tracing", "/sys/kernel/debug") if os.path.isdir(d)]
+    frames = _record_hiding(*hide)
+    _procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
+
+
+@pytest.mark.root
+@needs_root_bcc
+def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
+    # Point bcc at a kernel tree that has only kconfig.h: it passes the headers
+    # check, and the compile itself then fails (nothing may reach stdout).
+    (tmp_path / "include" / "linux").mkdir(parents=True)
+    (tmp_path / "include" / "linux" / "kconfig.h").write_text("#error not a kernel tree\n")
+    frames = _record(
+        _cmd("record", "--duration", "1.5", "--interval", "0.5"),
+        env=_env(BCC_KERNEL_SOURCE=str(tmp_path)),
+    )
+    _procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
+
+
+def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
+    # PyPI's "bcc" is another library; the loader must not mistake it for BPF tooling.
+    fake = tmp_path / "bcc"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("VERSION = '0.0'\n")
+    frames = _record(
+        _cmd("record", "--duration", "1.5", "--interval", "0.5"),
+        env=_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"),
+    )
+    _procfs_with_note(frames, "not BPF Compiler Collection")
+
+
+@pytest.mark.root
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv(1)")
+def test_without_bpf_capabilities_falls_back_to_procfs_with_the_fix():
+    # Still uid 0 (so it can run this venv's Python), but an empty capability
+    # bounding set: the exec'd process has no CAP_BPF, CAP_PERFMON or CAP_SYS_ADMIN.
+    frames = _record(
+        [
+            "setpriv",
+            "--bounding-set=-all",
+            "--",
+            *_cmd("record", "--duration", "1.5", "--interval", "0.5"),
+        ]
+    )
+    _procfs_with_note(frames, "needs root", "CAP_BPF", "fix: run gputop with sudo")
+
+
+_SYS_BPF = 321  # x86_64
+_BPF_PROG_GET_FD_BY_ID = 13
+
+
+def _prog_exists(prog_id: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = (ctypes.c_uint32 * 4)(prog_id, 0, 0, 0)
+    fd = libc.syscall(_SYS_BPF, _BPF_PROG_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
+    if fd >= 0:
+        os.close(fd)
+        return True
+    assert ctypes.get_errno() == errno.ENOENT, os.strerror(ctypes.get_errno())
+    return False
+
+
+def _prog_ids(pid: int) -> set[int]:
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            pass
+    return ids
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="bpf syscall number is x86_64's")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_detaches_the_probe_and_exits_cleanly(sig: signal.Signals):
+    p = subprocess.Popen(
+        _cmd("record", "--interval", "0.3"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+    )
+    try:
+        assert p.stdout is not None
+        deadline = time.monotonic() + 30
+        live = False
+        while not live and time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                live = json.loads(line)["sources"]["sched"] == "bpf"
+        assert live, "the probe never went live"
+        ids = _prog_ids(p.pid)
+        assert ids, "a live probe holds its programs"
+        assert all(_prog_exists(i) for i in ids)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 128 + sig, err
+    assert "Traceback" not in err, err
+    assert not any(_prog_exists(i) for i in ids)
