@@ -257,8 +257,12 @@ def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float
         return Check(name, True, f"compiled and attached to sched:sched_switch in {took:.1f} s")
     reason = str(status.reason or "did not attach")
     fix = status.fix
+    # The probe's status is worded for the TUI's status line; the report has columns.
     if fix and reason.endswith(f"; fix: {fix}"):
         reason = reason[: -len(f"; fix: {fix}")]
+    reason = reason.removeprefix("eBPF probe off: ").removesuffix("; scheduler numbers from /proc")
+    if fix and "compiler output" in fix:
+        fix = "read bcc's compiler messages printed above this report; check the rows above"
     if took >= timeout_s:
         reason = f"not attached after {timeout_s:.0f} s: {reason}"
     return Check(name, False, reason, fix)

@@ -30,6 +30,7 @@ from gputop.doctor import (
     run_checks,
 )
 from gputop.sources.nvml import NvmlFacts
+from gputop.sources.sched_probe import BpfSchedProbe
 from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,6 +266,38 @@ def test_a_build_without_the_probe_says_so() -> None:
     assert not c.ok and "no eBPF probe" in c.why
 
 
+_CAN_BPF = os.geteuid() == 0 and check_bcc().ok and check_kernel_headers().ok and check_tracefs().ok
+needs_bpf = pytest.mark.skipif(not _CAN_BPF, reason="needs root, bcc, kernel headers and tracefs")
+
+
+@pytest.mark.root
+@needs_bpf
+def test_the_real_probe_compiles_and_attaches() -> None:
+    c = check_ebpf_probe()
+    assert c.ok, c
+    assert c.why.startswith("compiled and attached to sched:sched_switch in ")
+
+
+@pytest.mark.root
+@needs_bpf
+def test_a_probe_that_fails_to_load_gives_the_reason_without_the_status_line_wording() -> None:
+    # Zero-sized kernel maps are refused by the kernel: a real load failure.
+    c = check_ebpf_probe(lambda: BpfSchedProbe(max_threads=0))
+    assert not c.ok
+    assert c.why.startswith("BPF program failed to load")
+    assert "eBPF probe off" not in c.why and "scheduler numbers from /proc" not in c.why
+    assert c.fix is not None and "compiler messages printed above" in c.fix
+
+
+@pytest.mark.root
+@needs_bpf
+def test_doctor_reports_the_attached_probe_and_exact_scheduler_signals() -> None:
+    r = _doctor([])
+    assert r.returncode == 0, r.stderr
+    assert " ok " in _row(r.stdout, "eBPF probe")
+    assert "scheduler signals: eBPF probe" in r.stdout
+
+
 def test_no_bpf_skips_compiling_the_probe() -> None:
     probe = next(c for c in run_checks(try_probe=False) if c.name == "eBPF probe")
     assert not probe.ok and probe.why == "not tried (--no-bpf)"
@@ -344,4 +377,5 @@ def test_doctor_without_bcc_and_headers() -> None:
     assert bcc_fix.startswith("fix: apt-get install python3-bpfcc")
     headers_fix = lines[lines.index(headers) + 1].strip()
     assert headers_fix.startswith(f"fix: apt-get install linux-headers-{os.uname().release}")
+    assert "not tried: fix the eBPF checks above first" in _row(r.stdout, "eBPF probe")
     assert "scheduler signals: /proc estimates" in r.stdout
