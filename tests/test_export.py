@@ -21,6 +21,7 @@ from prometheus_client.core import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from gputop.doctor import check_bcc, check_kernel_headers, check_privileges, check_tracefs
 from gputop.errors import UsageError
 from gputop.export import FrameCollector, parse_listen
 from gputop.model.frame import (
@@ -199,9 +200,10 @@ def _run_export(*args: str, env: dict[str, str] | None = None) -> subprocess.Pop
 
 @contextlib.contextmanager
 def _exporting(
-    env: dict[str, str] | None = None, *extra: str
+    env: dict[str, str] | None = None, *extra: str, bpf: bool = False
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", "--no-bpf", *extra, env=env)
+    sched = () if bpf else ("--no-bpf",)
+    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", *sched, *extra, env=env)
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
@@ -335,6 +337,28 @@ def test_sigterm_stops_the_exporter_cleanly(exporter: tuple[subprocess.Popen[str
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+
+
+_CAN_BPF = os.geteuid() == 0 and all(
+    c.ok for c in (check_bcc(), check_kernel_headers(), check_privileges(), check_tracefs())
+)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(not _CAN_BPF, reason="needs root, bcc, kernel headers and tracefs")
+def test_with_the_ebpf_probe_the_export_says_so_and_stops_cleanly() -> None:
+    with _exporting(bpf=True) as (p, url):
+        deadline = time.monotonic() + 60
+        while True:
+            fams = _wait_for_frame(url)
+            src = fams["gputop_source_info"][0].labels["sched_source"]
+            if src == "bpf":
+                break
+            assert time.monotonic() < deadline, "probe never attached"
+            time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=40) == 128 + signal.SIGTERM
+        assert p.stderr is not None and "Traceback" not in p.stderr.read()
 
 
 def test_a_port_in_use_is_one_line_and_exit_2() -> None:
