@@ -7,6 +7,12 @@ never zero.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -153,6 +159,15 @@ class ProcessSample:
         """PIDs are reused: a process is (pid, start time)."""
         return (self.pid, self.start_time)
 
+    @classmethod
+    def from_dict(cls, d: Any) -> ProcessSample:
+        """Rebuild a process, threads included, from its JSON object; ValueError on bad input."""
+        try:
+            built: ProcessSample = _build(cls, d)
+        except (TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"malformed process: {exc}") from None
+        return built
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -208,30 +223,39 @@ class Frame:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Frame:
-        """Rebuild a frame from its JSON object; raises ValueError on bad input."""
+        """Rebuild a frame from its JSON object; raises ValueError on bad input.
+
+        Every field is checked against its annotation (numbers are finite numbers,
+        strings are strings, lists are lists), so a frame read from an untrusted
+        file can be rendered without surprises.
+        """
         try:
+            if not isinstance(d, dict):
+                raise TypeError("a frame must be an object")
             src = d["sources"]
+            if not isinstance(src, dict):
+                raise TypeError("sources must be an object")
             return cls(
-                t=float(d["t"]),
-                interval=float(d["interval"]),
-                seq=int(d.get("seq", 0)),
-                sampler_cpu_pct=_opt_float(d.get("sampler_cpu_pct")),
+                t=_check_value("Frame.t", float, d["t"]),
+                interval=_check_value("Frame.interval", float, d["interval"]),
+                seq=_check_value("Frame.seq", int, d.get("seq", 0)),
+                sampler_cpu_pct=_check_value(
+                    "Frame.sampler_cpu_pct", float | None, d.get("sampler_cpu_pct")
+                ),
                 sources=Sources(
-                    gpu=str(src["gpu"]),
-                    sched=str(src["sched"]),
-                    notes=tuple(str(n) for n in src.get("notes", ())),
+                    gpu=_check_value("sources.gpu", str, src["gpu"]),
+                    sched=_check_value("sources.sched", str, src["sched"]),
+                    notes=_check_value("sources.notes", tuple[str, ...], src.get("notes", [])),
                 ),
                 host=_build(HostSample, d["host"]),
-                gpus=tuple(_build(GpuSample, g) for g in d.get("gpus", ())),
-                processes=tuple(_build_process(p) for p in d.get("processes", ())),
-                verdicts=tuple(_build(Verdict, v) for v in d.get("verdicts", ())),
+                gpus=tuple(_build(GpuSample, g) for g in _list(d, "gpus")),
+                processes=tuple(_build(ProcessSample, p) for p in _list(d, "processes")),
+                verdicts=tuple(_build(Verdict, v) for v in _list(d, "verdicts")),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"malformed frame: {exc!r}") from None
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
+        except KeyError as exc:
+            raise ValueError(f"malformed frame: missing field {exc}") from None
+        except (TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"malformed frame: {exc}") from None
 
 
 def _plain(obj: Any) -> dict[str, Any]:
@@ -251,31 +275,118 @@ def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
     return d
 
 
-_TUPLE_FIELDS = {"throttle", "per_cpu_pct", "evidence", "fixes", "gpus", "offcpu_hist"}
+# Fields whose value must be one of a fixed set (CONTRACT.md section 2).
+_ENUMS: dict[str, tuple[str, ...]] = {
+    "ProcessSample.role": ROLES,
+    "Verdict.state": VERDICT_STATES,
+}
 
 
-def _build(cls: Any, d: dict[str, Any]) -> Any:
-    if not isinstance(d, dict):
-        raise TypeError(f"{cls.__name__} must be an object")
-    names = {f.name for f in fields(cls)}
-    kw = {}
-    for k, v in d.items():
-        if k not in names:
+def _list(d: dict[str, Any], key: str) -> list[Any]:
+    v = d.get(key, [])
+    if not isinstance(v, list):
+        raise TypeError(f"{key} must be a list")
+    return v
+
+
+Checker = Callable[[Any], Any]
+
+
+def _check_value(where: str, tp: Any, v: Any) -> Any:
+    """``v`` converted to the annotated type ``tp``; TypeError/ValueError when it is not one."""
+    return _checker(where, tp)(v)
+
+
+@functools.cache
+def _checker(where: str, tp: Any) -> Checker:
+    """A function that checks and converts one value of annotation ``tp``.
+
+    Built once per field and cached: loading a bundle checks every field of
+    every process in every frame.
+    """
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return _unchecked
+        inner = _checker(where, rest[0])
+        if type(None) not in args:
+            return inner
+        return lambda v: None if v is None else inner(v)
+    if tp is float:
+        return functools.partial(_as_float, where)
+    if tp is int:
+        return functools.partial(_as_int, where)
+    if tp is str or tp is bool:
+        return functools.partial(_exactly, where, tp)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            return _unchecked
+        return functools.partial(_as_tuple, where, _checker(f"{where}[]", args[0]))
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return functools.partial(_build, tp)
+    # An annotation this checker does not know (a field added later): passed through.
+    return _unchecked
+
+
+def _unchecked(v: Any) -> Any:
+    return v
+
+
+def _as_float(where: str, v: Any) -> float:
+    t = type(v)
+    if t is float:
+        if math.isfinite(v):
+            return v  # type: ignore[no-any-return]
+        raise ValueError(f"{where} must be a finite number")
+    if t is int:
+        return float(v)
+    raise TypeError(f"{where} must be a number, got {t.__name__}")
+
+
+def _as_int(where: str, v: Any) -> int:
+    t = type(v)
+    if t is int:
+        return v  # type: ignore[no-any-return]
+    if t is float and math.isfinite(v) and v.is_integer():
+        return int(v)
+    raise TypeError(f"{where} must be a whole number, got {t.__name__}")
+
+
+def _exactly(where: str, tp: type, v: Any) -> Any:
+    if type(v) is not tp:
+        raise TypeError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
+    return v
+
+
+def _as_tuple(where: str, item: Checker, v: Any) -> tuple[Any, ...]:
+    if type(v) is not list and type(v) is not tuple:
+        raise TypeError(f"{where} must be a list, got {type(v).__name__}")
+    return tuple(item(x) for x in v)
+
+
+@functools.cache
+def _field_checkers(cls: type) -> tuple[tuple[str, Checker, tuple[str, ...] | None], ...]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        where = f"{cls.__name__}.{f.name}"
+        out.append((f.name, _checker(where, hints[f.name]), _ENUMS.get(where)))
+    return tuple(out)
+
+
+def _build(cls: Any, d: Any) -> Any:
+    if type(d) is not dict:
+        raise TypeError(f"{cls.__name__} must be an object, got {type(d).__name__}")
+    kw: dict[str, Any] = {}
+    for name, check, allowed in _field_checkers(cls):
+        if name not in d:
             continue
-        if k in _TUPLE_FIELDS and v is not None:
-            if not isinstance(v, list):
-                raise TypeError(f"{cls.__name__}.{k} must be a list")
-            v = tuple(v)
-        kw[k] = v
+        v = check(d[name])
+        if allowed is not None and v not in allowed:
+            where = f"{cls.__name__}.{name}"
+            raise ValueError(f"{where} must be one of {', '.join(allowed)}, got {v!r}")
+        kw[name] = v
     return cls(**kw)
-
-
-def _build_process(d: dict[str, Any]) -> ProcessSample:
-    d = dict(d)
-    threads = d.pop("threads", None) or ()
-    p: ProcessSample = _build(ProcessSample, d)
-    if threads:
-        from dataclasses import replace
-
-        p = replace(p, threads=tuple(_build(ThreadSample, t) for t in threads))
-    return p

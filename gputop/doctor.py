@@ -1,0 +1,435 @@
+"""`gputop doctor`: which data sources work on this host, why not, and the exact fix.
+
+Each check is a small function whose inputs (paths, the bcc finder, the process's
+status file) are parameters, so the tests can point it at a prepared tree; the
+defaults read this machine. Checks never raise: a failure is a ``Check`` with a
+reason and a fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from gputop.runtime import Options
+from gputop.sources.bcc_loader import INSTALL_FIX, find_bcc
+from gputop.sources.nvml import NvmlFacts, probe_nvml
+
+CAP_SYS_PTRACE = 19
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+CAP_BPF = 39
+
+TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+KHEADERS = "/sys/kernel/kheaders.tar.xz"
+PYSPY_FIX = "pip install py-spy  (or: pip install 'gputop-tui[pyspy]')"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: does ``name`` work here, why (not), and how to fix it."""
+
+    name: str
+    ok: bool
+    why: str
+    fix: str | None = None
+
+
+# ---- GPU ------------------------------------------------------------------------
+
+
+def check_nvml(probe: Callable[[], NvmlFacts] = probe_nvml) -> list[Check]:
+    """NVML library and driver, then GPM (SM activity) support for each GPU."""
+    facts = probe()
+    if not facts.ok:
+        return [
+            Check("NVML library + driver", False, str(facts.reason), facts.fix),
+            Check("GPM SM activity", False, "no GPU can be read (see NVML above)"),
+        ]
+    versions = ", ".join(
+        f"{label} {value}"
+        for label, value in (
+            ("driver", facts.driver_version),
+            ("NVML", facts.nvml_version),
+            ("CUDA", facts.cuda_version),
+        )
+        if value
+    )
+    n = len(facts.gpus)
+    out = [Check("NVML library + driver", True, f"{versions}; {n} GPU{'s' if n != 1 else ''}")]
+    if not facts.gpus:
+        out.append(Check("GPM SM activity", False, "NVML sees no GPU"))
+    for g in facts.gpus:
+        name = f"GPM SM activity, GPU {g.index}"
+        if g.gpm_supported:
+            out.append(Check(name, True, f"{g.name}: SM activity from GPM metrics"))
+        else:
+            why = g.gpm_reason or ("unknown" if g.gpm_supported is None else "not supported")
+            out.append(
+                Check(
+                    name,
+                    False,
+                    f"{g.name}: {why}; SM activity shows as n/a, GPU_UTIL and power still work",
+                    "GPM needs a Hopper or newer data-center GPU (H100, H200, GH200, B200) and "
+                    "driver 520 or later; inside a VM or MIG slice it may be unavailable",
+                )
+            )
+    return out
+
+
+# ---- eBPF -----------------------------------------------------------------------
+
+
+def check_bcc(finder: Callable[[], tuple[ModuleType | None, str | None]] = find_bcc) -> Check:
+    """The bcc Python module (python3-bpfcc) and its libbcc."""
+    mod, why = finder()
+    if mod is None:
+        # The loader's reason ends with the install hint, which goes in the fix line here.
+        why = (why or "bcc cannot be imported").replace(f"; {INSTALL_FIX}", "")
+        return Check(
+            "bcc (eBPF)",
+            False,
+            f"{why}; scheduler numbers come from /proc instead",
+            "apt-get install python3-bpfcc  (Fedora/RHEL: dnf install python3-bcc)",
+        )
+    version = getattr(mod, "__version__", None) or "version unknown"
+    where = os.path.dirname(os.path.dirname(getattr(mod, "__file__", "") or "")) or "?"
+    return Check("bcc (eBPF)", True, f"bcc {version} from {where}")
+
+
+def _headers_release(build: str) -> str | None:
+    path = os.path.join(build, "include", "generated", "utsrelease.h")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("#define UTS_RELEASE"):
+                    return line.split('"')[1]
+    except (OSError, IndexError):
+        return None
+    return None
+
+
+def check_kernel_headers(
+    release: str | None = None,
+    modules_dir: str = "/lib/modules",
+    kheaders: str = KHEADERS,
+    env: Mapping[str, str] | None = None,
+) -> Check:
+    """Kernel headers for bcc, in the places bcc looks.
+
+    ``$BCC_KERNEL_SOURCE``, ``/lib/modules/RELEASE/build`` or ``.../source``, or the
+    kernel's own ``kheaders`` archive (CONFIG_IKHEADERS).
+    """
+    release = release or os.uname().release
+    env = os.environ if env is None else env
+    build = os.path.join(modules_dir, release, "build")
+    fix = (
+        f"apt-get install linux-headers-{release}  (Fedora/RHEL: dnf install "
+        f"kernel-devel-{release}), or modprobe kheaders"
+    )
+    override = env.get("BCC_KERNEL_SOURCE")
+    if override:
+        if os.path.isdir(os.path.join(override, "include")):
+            return Check("kernel headers", True, f"BCC_KERNEL_SOURCE={override}")
+        return Check(
+            "kernel headers",
+            False,
+            f"BCC_KERNEL_SOURCE={override} has no include/ directory",
+            "point BCC_KERNEL_SOURCE at a kernel header tree, or unset it",
+        )
+    for d in (build, os.path.join(modules_dir, release, "source")):
+        if not os.path.isdir(os.path.join(d, "include")):
+            continue
+        target = os.path.realpath(d)
+        built_for = _headers_release(d)
+        if built_for is not None and built_for != release:
+            return Check(
+                "kernel headers",
+                True,
+                f"{d} -> {target} is for {built_for}, not {release}; enough for gputop's "
+                "probe (it reads tracepoint fields only) if it compiles",
+            )
+        return Check("kernel headers", True, f"{d} -> {target}")
+    if os.path.exists(kheaders):
+        return Check("kernel headers", True, f"{kheaders} (CONFIG_IKHEADERS)")
+    if os.path.islink(build):
+        why = f"{build} points to {os.readlink(build)}, which does not exist"
+    else:
+        why = f"no {build} and no {kheaders}"
+    return Check("kernel headers", False, f"{why}; bcc cannot compile the probe", fix)
+
+
+def _cap_eff(status_path: str) -> int | None:
+    try:
+        with open(status_path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_privileges(status_path: str = "/proc/self/status", euid: int | None = None) -> Check:
+    """Root, or CAP_BPF + CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8), in CapEff."""
+    euid = os.geteuid() if euid is None else euid
+    caps = _cap_eff(status_path)
+    who = "root" if euid == 0 else f"uid {euid}"
+    fix = (
+        "run as root (sudo gputop), or in a container add --cap-add BPF --cap-add PERFMON "
+        "(--cap-add SYS_ADMIN on kernels before 5.8)"
+    )
+    if caps is None:
+        return Check(
+            "privileges for eBPF", False, f"{who}; cannot read CapEff from {status_path}", fix
+        )
+
+    def has(cap: int) -> bool:
+        return bool(caps >> cap & 1)
+
+    if has(CAP_BPF) and has(CAP_PERFMON):
+        return Check("privileges for eBPF", True, f"{who} with CAP_BPF and CAP_PERFMON")
+    if has(CAP_SYS_ADMIN):
+        return Check("privileges for eBPF", True, f"{who} with CAP_SYS_ADMIN")
+    missing = [n for c, n in ((CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")) if not has(c)]
+    return Check(
+        "privileges for eBPF",
+        False,
+        f"{who} without {' and '.join(missing)} (CapEff {caps:#x}); the probe cannot load",
+        fix,
+    )
+
+
+def check_tracefs(dirs: Sequence[str] = TRACEFS_DIRS) -> Check:
+    """A mounted tracefs with the sched_switch tracepoint the probe attaches to."""
+    for d in dirs:
+        if os.path.isdir(os.path.join(d, "events", "sched", "sched_switch")):
+            return Check("tracefs", True, f"{d} has the sched tracepoints")
+    for d in dirs:
+        if os.path.isdir(os.path.join(d, "events")):
+            return Check(
+                "tracefs",
+                False,
+                f"{d} is mounted but has no sched/sched_switch tracepoint",
+                "use a kernel with CONFIG_TRACEPOINTS and scheduler tracepoints",
+            )
+    return Check(
+        "tracefs",
+        False,
+        f"not mounted at {' or '.join(dirs)}",
+        f"mount -t tracefs nodev {dirs[0]}" if dirs else None,
+    )
+
+
+def _new_probe() -> Any:
+    # Looked up at run time: builds without the eBPF probe still run the doctor.
+    return importlib.import_module("gputop.sources.sched_probe").BpfSchedProbe()
+
+
+def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float = 60.0) -> Check:
+    """Really compile and attach the scheduler probe, then detach: the compiler's verdict."""
+    name = "eBPF probe"
+    try:
+        probe = new_probe()
+    except (ImportError, AttributeError):
+        return Check(name, False, "this gputop build has no eBPF probe")
+    started = time.monotonic()
+    probe.open()
+    try:
+        attached = probe.wait_attached(timeout_s)
+        status = probe.status
+    finally:
+        probe.close()
+    took = time.monotonic() - started
+    if attached:
+        return Check(name, True, f"compiled and attached to sched:sched_switch in {took:.1f} s")
+    reason = str(status.reason or "did not attach")
+    fix = status.fix
+    # The probe's status is worded for the TUI's status line; the report has columns.
+    if fix and reason.endswith(f"; fix: {fix}"):
+        reason = reason[: -len(f"; fix: {fix}")]
+    reason = reason.removeprefix("eBPF probe off: ").removesuffix("; scheduler numbers from /proc")
+    if fix and "compiler output" in fix:
+        fix = "read bcc's compiler messages printed above this report; check the rows above"
+    if took >= timeout_s:
+        reason = f"not attached after {timeout_s:.0f} s: {reason}"
+    return Check(name, False, reason, fix)
+
+
+# ---- /proc ----------------------------------------------------------------------
+
+
+def check_schedstat(proc_root: str = "/proc") -> Check:
+    """Per-thread run-queue wait from /proc/PID/schedstat (CONFIG_SCHED_INFO)."""
+    path = f"{proc_root}/self/schedstat"
+    fix = "use a kernel built with CONFIG_SCHED_INFO (CONFIG_SCHEDSTATS), or use the eBPF probe"
+    try:
+        with open(path, encoding="ascii") as f:
+            parts = f.read().split()
+        [int(p) for p in parts[:3]]
+    except FileNotFoundError:
+        why = f"no {path}: run-queue wait and off-CPU time are n/a without the eBPF probe"
+        return Check("schedstat", False, why, fix)
+    except (OSError, ValueError) as exc:
+        return Check("schedstat", False, f"{path} unreadable: {exc}", fix)
+    if len(parts) < 3:
+        return Check("schedstat", False, f"{path} has {len(parts)} fields, expected 3", fix)
+    return Check("schedstat", True, f"{path}: run-queue wait and on-CPU time per thread")
+
+
+def check_psi(path: str = "/proc/pressure/cpu") -> Check:
+    """CPU pressure stall information (Linux 4.20+, CONFIG_PSI)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            first = f.readline().strip()
+    except FileNotFoundError:
+        return Check(
+            "PSI (CPU pressure)",
+            False,
+            f"no {path}: kernel older than 4.20 or built without CONFIG_PSI",
+            "use a kernel with CONFIG_PSI=y; host CPU pressure shows as n/a meanwhile",
+        )
+    except OSError as exc:
+        if exc.errno == errno.EOPNOTSUPP:
+            return Check(
+                "PSI (CPU pressure)",
+                False,
+                f"{path}: PSI is compiled in but disabled at boot",
+                "add psi=1 to the kernel command line and reboot",
+            )
+        return Check("PSI (CPU pressure)", False, f"{path} unreadable: {exc.strerror}")
+    return Check("PSI (CPU pressure)", True, f"{path}: {first}")
+
+
+def _ptrace_scope(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def check_pyspy(
+    search_path: str | None = None,
+    euid: int | None = None,
+    ptrace_scope_path: str = "/proc/sys/kernel/yama/ptrace_scope",
+) -> Check:
+    """py-spy for Python stacks in the process drill-down, and whether it may attach."""
+    if search_path is None:
+        # The venv's bin directory is not always on PATH (gputop run by its full path).
+        search_path = os.pathsep.join([os.environ.get("PATH", ""), os.path.dirname(sys.executable)])
+    exe = shutil.which("py-spy", path=search_path)
+    if exe is None:
+        return Check(
+            "py-spy",
+            False,
+            "not found on PATH: the drill-down shows no Python stacks",
+            PYSPY_FIX,
+        )
+    try:
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("py-spy", False, f"{exe} does not run: {exc}", PYSPY_FIX)
+    euid = os.geteuid() if euid is None else euid
+    scope = _ptrace_scope(ptrace_scope_path)
+    if scope == 3:
+        return Check(
+            "py-spy",
+            False,
+            f"{out or exe}, but kernel.yama.ptrace_scope=3 forbids attaching to any process",
+            "sysctl kernel.yama.ptrace_scope=1 (3 can only be cleared by a reboot)",
+        )
+    if euid != 0:
+        return Check(
+            "py-spy",
+            True,
+            f"{out or exe}; as uid {euid} it can read only your own processes",
+            "run as root (or with CAP_SYS_PTRACE) to see other users' trainers",
+        )
+    return Check("py-spy", True, f"{out or exe} at {exe}")
+
+
+# ---- report ---------------------------------------------------------------------
+
+
+def run_checks(try_probe: bool = True) -> list[Check]:
+    """Every check, against this machine; the probe is compiled only when it can work."""
+    ebpf = [check_bcc(), check_kernel_headers(), check_privileges(), check_tracefs()]
+    if not try_probe:
+        probe = Check("eBPF probe", False, "not tried (--no-bpf)")
+    elif all(c.ok for c in ebpf):
+        probe = check_ebpf_probe()
+    else:
+        probe = Check("eBPF probe", False, "not tried: fix the eBPF checks above first")
+    return [
+        *check_nvml(),
+        *ebpf,
+        probe,
+        check_schedstat(),
+        check_psi(),
+        check_pyspy(),
+    ]
+
+
+def _summary(checks: Sequence[Check]) -> list[str]:
+    ok = {c.name: c.ok for c in checks}
+    lines = []
+    if ok.get("eBPF probe", False):
+        lines.append("scheduler signals: eBPF probe (exact off-CPU, run-queue and preemptions)")
+    elif ok.get("schedstat", False):
+        lines.append(
+            "scheduler signals: /proc estimates (fix the eBPF checks above for exact ones)"
+        )
+    else:
+        lines.append("scheduler signals: CPU time only (no eBPF, no schedstat)")
+    if ok.get("NVML library + driver", False):
+        gpm = [c for c in checks if c.name.startswith("GPM")]
+        starving = "full" if gpm and all(c.ok for c in gpm) else "GPU_UTIL and power only"
+        lines.append(f"GPU signals: NVML ({starving} for the BUSY BUT STARVING check)")
+    else:
+        lines.append("GPU signals: none (no NVML); host and process panels still work")
+    return lines
+
+
+def format_report(checks: Sequence[Check], title: str, columns: int = 100) -> str:
+    """Aligned, plain-text report: one row per check, its fix indented under it."""
+    width = max(len(c.name) for c in checks)
+    indent = " " * (width + 8)
+    text_width = max(40, columns - len(indent))
+    lines = [title, ""]
+    for c in checks:
+        mark = "ok" if c.ok else "NO"
+        why = textwrap.wrap(c.why, text_width, break_on_hyphens=False, break_long_words=False) or [
+            ""
+        ]
+        lines.append(f"  {c.name:<{width}}  {mark:<2}  {why[0]}")
+        lines.extend(indent + w for w in why[1:])
+        if c.fix:
+            # Not wrapped: a fix is a command to copy and paste.
+            lines.append(f"{indent}fix: {c.fix}")
+    works = sum(c.ok for c in checks)
+    lines += ["", f"{works} of {len(checks)} checks pass."]
+    lines += _summary(checks)
+    return "\n".join(lines) + "\n"
+
+
+def doctor_command(args: argparse.Namespace, opts: Options) -> int:
+    """`gputop doctor`: print the report; always exit 0 (the report is the result)."""
+    title = f"gputop doctor: data sources on {socket.gethostname()} (Linux {os.uname().release})"
+    columns = shutil.get_terminal_size((100, 24)).columns
+    sys.stdout.write(format_report(run_checks(not opts.no_bpf), title, max(80, columns)))
+    return 0

@@ -1,0 +1,278 @@
+"""`gputop export`: the latest frame's metrics and verdicts in Prometheus text format.
+
+A background sampler (the same one the TUI uses) keeps the latest Frame; a
+custom prometheus-client collector renders that frame on each scrape. Scrapes
+never sample, so any number of scrapers costs nothing extra and every scrape in
+one interval sees the same numbers. Metric names and a scrape config are in
+docs/prometheus.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gputop.errors import UsageError
+from gputop.model.frame import VERDICT_STATES, Frame, ProcessSample
+from gputop.runtime import Options, build_sampler
+
+MIB = 1024 * 1024
+GPU_LABELS = ("host", "gpu", "uuid", "name")
+PROC_LABELS = ("host", "pid", "comm", "role")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces) -> (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise UsageError(f"--listen: expected HOST:PORT, got {text!r}")
+    port = int(port_text)
+    if port > 65535:
+        raise UsageError(f"--listen: port must be 0-65535, got {port}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise UsageError(f"--listen: write an IPv6 address in brackets, e.g. [::1]:{port}")
+    return host or "0.0.0.0", port
+
+
+def _exported_processes(frame: Frame) -> list[ProcessSample]:
+    """Trainers, DataLoader workers, pin-memory threads and GPU processes, one per label set."""
+    seen: set[tuple[int, str, str]] = set()
+    out = []
+    for p in frame.processes:
+        if p.role == "other" and not p.gpus:
+            continue
+        key = (p.pid, p.comm, p.role)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(p)
+    return out
+
+
+class FrameCollector(Collector):
+    """Renders the latest Frame as metric families; fed by the sampler thread."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self._frame: Frame | None = None
+        self._lock = threading.Lock()
+
+    def update(self, frame: Frame) -> None:
+        """Called by the sampler for every tick."""
+        with self._lock:
+            self._frame = frame
+
+    def describe(self) -> Iterable[Any]:
+        # Families depend on the frame; nothing to pre-register.
+        return ()
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            frame = self._frame
+        up = GaugeMetricFamily("gputop_up", "1 once gputop has sampled a frame", labels=["host"])
+        up.add_metric([self.host], 0.0 if frame is None else 1.0)
+        yield up
+        if frame is None:
+            return
+        yield from self._frame_metrics(frame)
+        yield from self._host_metrics(frame)
+        yield from self._gpu_metrics(frame)
+        yield from self._process_metrics(frame)
+        yield from self._verdict_metrics(frame)
+
+    def _gauge(self, name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=list(labels))
+
+    def _frame_metrics(self, frame: Frame) -> Iterator[Any]:
+        h = [self.host]
+        ts = self._gauge(
+            "gputop_frame_timestamp_seconds", "Unix time at the end of the frame", ["host"]
+        )
+        ts.add_metric(h, frame.t)
+        iv = self._gauge("gputop_frame_interval_seconds", "Seconds the frame covers", ["host"])
+        iv.add_metric(h, frame.interval)
+        src = self._gauge(
+            "gputop_source_info",
+            "Which sources fed the frame",
+            ["host", "gpu_source", "sched_source"],
+        )
+        src.add_metric([self.host, frame.sources.gpu, frame.sources.sched], 1.0)
+        yield from (ts, iv, src)
+        if frame.sampler_cpu_pct is not None:
+            own = self._gauge(
+                "gputop_sampler_cpu_percent", "gputop's own CPU use, % of one CPU", ["host"]
+            )
+            own.add_metric(h, frame.sampler_cpu_pct)
+            yield own
+
+    def _host_metrics(self, frame: Frame) -> Iterator[Any]:
+        host = frame.host
+        values: list[tuple[str, str, float | None]] = [
+            ("gputop_host_cpu_percent", "Whole-host CPU use, 0-100", host.cpu_pct),
+            ("gputop_host_cpus", "Online CPUs", float(host.ncpu)),
+            ("gputop_host_load1", "1-minute load average", host.load1),
+            ("gputop_host_load5", "5-minute load average", host.load5),
+            ("gputop_host_load15", "15-minute load average", host.load15),
+            ("gputop_host_psi_cpu_some_percent", "CPU pressure, some, avg10", host.psi_cpu_some),
+            ("gputop_host_psi_cpu_full_percent", "CPU pressure, full, avg10", host.psi_cpu_full),
+            ("gputop_host_procs_running", "Runnable tasks", float(host.procs_running)),
+        ]
+        if host.mem_total_mib:
+            values += [
+                ("gputop_host_memory_used_bytes", "Memory in use", host.mem_used_mib * MIB),
+                ("gputop_host_memory_total_bytes", "Memory installed", host.mem_total_mib * MIB),
+            ]
+        for name, doc, v in values:
+            if v is None:
+                continue
+            g = self._gauge(name, doc, ["host"])
+            g.add_metric([self.host], v)
+            yield g
+
+    def _gpu_metrics(self, frame: Frame) -> Iterator[Any]:
+        specs = {
+            "util": ("gputop_gpu_utilization_percent", "GPU_UTIL: share of time a kernel ran", 1.0),
+            "sm_active": (
+                "gputop_gpu_sm_active_percent",
+                "SM activity (GPM); absent when unknown",
+                1.0,
+            ),
+            "power_w": ("gputop_gpu_power_watts", "Power draw", 1.0),
+            "power_limit_w": ("gputop_gpu_power_limit_watts", "Enforced power limit", 1.0),
+            "mem_used_mib": ("gputop_gpu_memory_used_bytes", "GPU memory in use", float(MIB)),
+            "mem_total_mib": ("gputop_gpu_memory_total_bytes", "GPU memory installed", float(MIB)),
+            "temperature_c": ("gputop_gpu_temperature_celsius", "GPU temperature", 1.0),
+            "tensor_active": (
+                "gputop_gpu_tensor_active_percent",
+                "Tensor core activity (GPM)",
+                1.0,
+            ),
+            "dram_active": ("gputop_gpu_dram_active_percent", "Memory bandwidth use (GPM)", 1.0),
+        }
+        families = {k: self._gauge(n, d, GPU_LABELS) for k, (n, d, _) in specs.items()}
+        throttled = self._gauge(
+            "gputop_gpu_throttled", "1 when any clock-event reason is active", GPU_LABELS
+        )
+        reasons = self._gauge(
+            "gputop_gpu_throttle_reason", "Active clock-event reasons (1)", [*GPU_LABELS, "reason"]
+        )
+        lost = self._gauge(
+            "gputop_gpu_lost", "1 when the GPU fell off the bus or stopped answering", GPU_LABELS
+        )
+        for g in frame.gpus:
+            labels = [self.host, str(g.index), g.uuid, g.name]
+            for key, (_, _, scale) in specs.items():
+                v = getattr(g, key)
+                if v is not None:
+                    families[key].add_metric(labels, float(v) * scale)
+            throttled.add_metric(labels, 1.0 if g.throttle else 0.0)
+            for r in g.throttle:
+                reasons.add_metric([*labels, r], 1.0)
+            lost.add_metric(labels, 1.0 if g.state == "lost" else 0.0)
+        yield from families.values()
+        yield from (throttled, reasons, lost)
+
+    def _process_metrics(self, frame: Frame) -> Iterator[Any]:
+        cpu = self._gauge("gputop_process_cpu_percent", "CPU use, % of one CPU", PROC_LABELS)
+        off = self._gauge(
+            "gputop_process_offcpu_percent",
+            "Share of time the main thread was off-CPU",
+            PROC_LABELS,
+        )
+        runq = self._gauge(
+            "gputop_process_runq_percent",
+            "Share of time the main thread waited to run",
+            PROC_LABELS,
+        )
+        pre = self._gauge(
+            "gputop_process_preemptions_per_second",
+            "Involuntary context switches per second",
+            PROC_LABELS,
+        )
+        vol = self._gauge(
+            "gputop_process_voluntary_switches_per_second",
+            "Voluntary context switches per second",
+            PROC_LABELS,
+        )
+        total = CounterMetricFamily(
+            "gputop_process_preemptions",
+            "Involuntary context switches seen",
+            labels=list(PROC_LABELS),
+        )
+        gmem = self._gauge("gputop_process_gpu_memory_bytes", "GPU memory held", PROC_LABELS)
+        for p in _exported_processes(frame):
+            labels = [self.host, str(p.pid), p.comm, p.role]
+            cpu.add_metric(labels, p.cpu_pct)
+            if p.offcpu_pct is not None:
+                off.add_metric(labels, p.offcpu_pct)
+            if p.runq_pct is not None:
+                runq.add_metric(labels, p.runq_pct)
+            pre.add_metric(labels, p.preempt_per_s)
+            vol.add_metric(labels, p.vcsw_per_s)
+            total.add_metric(labels, float(p.preempt_total))
+            if p.gpu_mem_mib is not None:
+                gmem.add_metric(labels, float(p.gpu_mem_mib * MIB))
+        yield from (cpu, off, runq, pre, vol, total, gmem)
+
+    def _verdict_metrics(self, frame: Frame) -> Iterator[Any]:
+        uuid_of = {g.index: g.uuid for g in frame.gpus}
+        state = self._gauge(
+            "gputop_verdict",
+            "Diagnosis per GPU: 1 for the current state, 0 for the others",
+            ["host", "gpu", "uuid", "state"],
+        )
+        for v in frame.verdicts:
+            labels = [self.host, str(v.gpu), uuid_of.get(v.gpu, "")]
+            for s in VERDICT_STATES:
+                state.add_metric([*labels, s], 1.0 if s == v.state else 0.0)
+        yield state
+
+
+def serve(collector: FrameCollector, host: str, port: int) -> tuple[Any, threading.Thread]:
+    """Start the HTTP server on its own thread; bad addresses become one-line UsageErrors."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        return start_http_server(port, addr=host, registry=registry)
+    except socket.gaierror as exc:
+        raise UsageError(f"cannot listen on {shown}: {exc.strerror}") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(f"cannot listen on {shown}: address already in use") from None
+        raise UsageError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
+
+
+def export_command(args: argparse.Namespace, opts: Options) -> int:
+    """`gputop export`: serve /metrics until interrupted (exit 2 if the address is unusable)."""
+    host, port = parse_listen(args.listen)
+    collector = FrameCollector(socket.gethostname())
+    httpd, _thread = serve(collector, host, port)
+    sampler = build_sampler(opts)
+    try:
+        bound = httpd.server_address
+        where = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
+        print(f"gputop export: serving http://{where}/metrics", flush=True)
+        sampler.start(collector.update)
+        # The main thread only waits (signals are delivered to it); the sampler and
+        # the HTTP server run on their own threads.
+        while sampler.error is None:
+            time.sleep(0.5)
+        print(f"gputop export: sampler stopped: {sampler.error!r}", file=sys.stderr)
+        return 1
+    finally:
+        sampler.close()
+        httpd.shutdown()
+        httpd.server_close()

@@ -1,0 +1,381 @@
+"""`gputop doctor`: each check says works / does not, why, and the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gputop.doctor import (
+    CAP_BPF,
+    CAP_PERFMON,
+    CAP_SYS_ADMIN,
+    Check,
+    check_bcc,
+    check_ebpf_probe,
+    check_kernel_headers,
+    check_nvml,
+    check_privileges,
+    check_psi,
+    check_pyspy,
+    check_schedstat,
+    check_tracefs,
+    format_report,
+    run_checks,
+)
+from gputop.sources.nvml import NvmlFacts
+from gputop.sources.sched_probe import BpfSchedProbe
+from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+RELEASE = "6.1.0-99-amd64"
+
+
+def _headers(modules: Path, release: str, built_for: str) -> Path:
+    build = modules / release / "build"
+    (build / "include" / "generated").mkdir(parents=True)
+    (build / "include" / "generated" / "utsrelease.h").write_text(
+        f'#define UTS_RELEASE "{built_for}"\n'
+    )
+    return build
+
+
+def test_headers_present_for_this_kernel(tmp_path: Path) -> None:
+    _headers(tmp_path, RELEASE, RELEASE)
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
+    assert c.ok and c.fix is None
+    assert f"{tmp_path}/{RELEASE}/build" in c.why
+
+
+def test_headers_of_another_kernel_are_usable_but_said_so(tmp_path: Path) -> None:
+    _headers(tmp_path, RELEASE, "6.1.0-1-amd64")
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
+    assert c.ok
+    assert f"is for 6.1.0-1-amd64, not {RELEASE}" in c.why
+
+
+def test_missing_headers_give_the_package_to_install(tmp_path: Path) -> None:
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
+    assert not c.ok
+    assert "bcc cannot compile the probe" in c.why
+    assert c.fix is not None and f"apt-get install linux-headers-{RELEASE}" in c.fix
+
+
+def test_a_dangling_build_link_is_named(tmp_path: Path) -> None:
+    (tmp_path / RELEASE).mkdir()
+    (tmp_path / RELEASE / "build").symlink_to("/usr/src/linux-headers-gone")
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
+    assert not c.ok
+    assert "points to /usr/src/linux-headers-gone, which does not exist" in c.why
+
+
+def test_kheaders_stand_in_for_missing_headers(tmp_path: Path) -> None:
+    kh = tmp_path / "kheaders.tar.xz"
+    kh.write_bytes(b"")
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(kh), {})
+    assert c.ok and "CONFIG_IKHEADERS" in c.why
+
+
+def test_bcc_kernel_source_overrides_the_search(tmp_path: Path) -> None:
+    src = _headers(tmp_path / "elsewhere", "x", RELEASE)
+    c = check_kernel_headers(
+        RELEASE, str(tmp_path), str(tmp_path / "none"), {"BCC_KERNEL_SOURCE": str(src)}
+    )
+    assert c.ok and "BCC_KERNEL_SOURCE" in c.why
+    c = check_kernel_headers(
+        RELEASE, str(tmp_path), str(tmp_path / "none"), {"BCC_KERNEL_SOURCE": "/nonexistent"}
+    )
+    assert not c.ok and c.fix
+
+
+def test_the_source_link_counts_like_build(tmp_path: Path) -> None:
+    src = tmp_path / RELEASE / "source" / "include"
+    src.mkdir(parents=True)
+    c = check_kernel_headers(RELEASE, str(tmp_path), str(tmp_path / "none"), {})
+    assert c.ok and f"{RELEASE}/source" in c.why
+
+
+def _status(tmp_path: Path, caps: int) -> str:
+    p = tmp_path / "status"
+    p.write_text(f"Name:\tpython3\nCapInh:\t0000000000000000\nCapEff:\t{caps:016x}\n")
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    ("caps", "euid", "ok", "fragment"),
+    [
+        ((1 << 41) - 1, 0, True, "root with CAP_BPF and CAP_PERFMON"),
+        (1 << CAP_BPF | 1 << CAP_PERFMON, 1000, True, "uid 1000 with CAP_BPF and CAP_PERFMON"),
+        (1 << CAP_SYS_ADMIN, 1000, True, "CAP_SYS_ADMIN"),
+        (1 << CAP_BPF, 1000, False, "without CAP_PERFMON"),
+        (0, 0, False, "root without CAP_BPF and CAP_PERFMON"),
+    ],
+)
+def test_privileges_come_from_effective_capabilities(
+    tmp_path: Path, caps: int, euid: int, ok: bool, fragment: str
+) -> None:
+    c = check_privileges(_status(tmp_path, caps), euid=euid)
+    assert c.ok is ok
+    assert fragment in c.why
+    assert (c.fix is None) is ok
+
+
+def test_privileges_of_this_process_match_its_real_capeff() -> None:
+    with open("/proc/self/status") as f:
+        caps = int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
+    expected = bool(caps >> CAP_SYS_ADMIN & 1) or bool(
+        caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1
+    )
+    assert check_privileges().ok is expected
+
+
+def test_tracefs_with_sched_tracepoints(tmp_path: Path) -> None:
+    (tmp_path / "events" / "sched" / "sched_switch").mkdir(parents=True)
+    c = check_tracefs([str(tmp_path / "missing"), str(tmp_path)])
+    assert c.ok and str(tmp_path) in c.why
+
+
+def test_tracefs_not_mounted_gives_the_mount_command(tmp_path: Path) -> None:
+    c = check_tracefs([str(tmp_path / "tracing")])
+    assert not c.ok
+    assert c.fix == f"mount -t tracefs nodev {tmp_path / 'tracing'}"
+    (tmp_path / "tracing" / "events").mkdir(parents=True)
+    c = check_tracefs([str(tmp_path / "tracing")])
+    assert not c.ok and "no sched/sched_switch" in c.why
+
+
+def test_schedstat(tmp_path: Path) -> None:
+    (tmp_path / "self").mkdir()
+    assert not check_schedstat(str(tmp_path)).ok
+    (tmp_path / "self" / "schedstat").write_text("83027 2725125 2\n")
+    assert check_schedstat(str(tmp_path)).ok
+    (tmp_path / "self" / "schedstat").write_text("garbage\n")
+    assert not check_schedstat(str(tmp_path)).ok
+    assert check_schedstat().ok is os.path.exists("/proc/self/schedstat")
+
+
+def test_psi(tmp_path: Path) -> None:
+    c = check_psi(str(tmp_path / "cpu"))
+    assert not c.ok and "CONFIG_PSI" in c.why and c.fix
+    (tmp_path / "cpu").write_text("some avg10=1.00 avg60=2.00 avg300=3.00 total=4\n")
+    c = check_psi(str(tmp_path / "cpu"))
+    assert c.ok and "some avg10=1.00" in c.why
+
+
+def test_pyspy_found_on_the_search_path(tmp_path: Path) -> None:
+    exe = tmp_path / "py-spy"
+    exe.write_text("#!/bin/sh\necho py-spy 0.3.14\n")
+    exe.chmod(0o755)
+    scope = tmp_path / "ptrace_scope"
+    scope.write_text("1\n")
+    c = check_pyspy(str(tmp_path), euid=0, ptrace_scope_path=str(scope))
+    assert c.ok and "py-spy 0.3.14" in c.why
+    c = check_pyspy(str(tmp_path), euid=1000, ptrace_scope_path=str(scope))
+    assert c.ok and "only your own processes" in c.why
+    scope.write_text("3\n")
+    c = check_pyspy(str(tmp_path), euid=0, ptrace_scope_path=str(scope))
+    assert not c.ok and "ptrace_scope=3" in c.why
+
+
+def test_pyspy_missing_says_how_to_install(tmp_path: Path) -> None:
+    c = check_pyspy(str(tmp_path))
+    assert not c.ok
+    assert c.fix is not None and "pip install py-spy" in c.fix
+
+
+def test_bcc_missing_gives_the_distro_package() -> None:
+    c = check_bcc(lambda: (None, "bcc (BPF Compiler Collection) is not installed"))
+    assert not c.ok
+    assert "scheduler numbers come from /proc" in c.why
+    assert c.fix is not None and "python3-bpfcc" in c.fix
+
+
+def test_bcc_present_names_its_version() -> None:
+    mod = ModuleType("bcc")
+    mod.__version__ = "0.26.0"  # type: ignore[attr-defined]
+    mod.__file__ = "/usr/lib/python3/dist-packages/bcc/__init__.py"
+    c = check_bcc(lambda: (mod, None))
+    assert c.ok and c.why == "bcc 0.26.0 from /usr/lib/python3/dist-packages"
+
+
+def test_nvml_failure_gives_the_probes_reason_and_fix() -> None:
+    facts = NvmlFacts(ok=False, reason="NVIDIA driver not loaded", fix="modprobe nvidia")
+    nvml, gpm = check_nvml(lambda: facts)
+    assert (nvml.ok, nvml.why, nvml.fix) == (False, "NVIDIA driver not loaded", "modprobe nvidia")
+    assert not gpm.ok and "see NVML above" in gpm.why
+
+
+def test_doctor_with_fake_nvml_lists_versions_and_gpm_per_gpu(tmp_path: Path) -> None:
+    fake = FakeNvml(
+        tmp_path,
+        [
+            FakeGpu(util=[97], sm_util=[12]),
+            FakeGpu(name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, gpm=False),
+        ],
+    )
+    r = _doctor([], fake.env())
+    assert r.returncode == 0, r.stderr
+    nvml = _row(r.stdout, "NVML library + driver")
+    assert " ok " in nvml
+    assert "driver 550.54.15, NVML 12.550.54.15, CUDA 12.4; 2 GPUs" in nvml
+    assert " ok " in _row(r.stdout, "GPM SM activity, GPU 0")
+    gpu1 = _row(r.stdout, "GPM SM activity, GPU 1")
+    assert " NO " in gpu1 and "NVIDIA A100-SXM4-80GB" in gpu1
+    lines = r.stdout.splitlines()
+    assert "fix: GPM needs a Hopper or newer" in lines[lines.index(gpu1) + 1]
+    assert "GPU signals: NVML (GPU_UTIL and power only" in r.stdout
+
+
+def test_doctor_with_the_driver_not_loaded(tmp_path: Path) -> None:
+    fake = FakeNvml(tmp_path, [FakeGpu()], init_error=DRIVER_NOT_LOADED)
+    r = _doctor([], fake.env())
+    assert r.returncode == 0, r.stderr
+    nvml = _row(r.stdout, "NVML library + driver")
+    assert " NO " in nvml
+    facts = _probe_in(fake.env())
+    assert facts["reason"] in nvml
+    lines = r.stdout.splitlines()
+    assert lines[lines.index(nvml) + 1].strip() == f"fix: {facts['fix']}"
+
+
+def _probe_in(env: dict[str, str]) -> dict[str, str]:
+    code = (
+        "import dataclasses, json\n"
+        "from gputop.sources.nvml import probe_nvml\n"
+        "print(json.dumps(dataclasses.asdict(probe_nvml())))\n"
+    )
+    out = subprocess.run(
+        [PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    facts: dict[str, str] = json.loads(out.stdout)
+    return facts
+
+
+def test_a_build_without_the_probe_says_so() -> None:
+    def new_probe() -> object:
+        raise ImportError("no module named gputop.sources.sched_probe")
+
+    c = check_ebpf_probe(new_probe)
+    assert not c.ok and "no eBPF probe" in c.why
+
+
+_CAN_BPF = os.geteuid() == 0 and check_bcc().ok and check_kernel_headers().ok and check_tracefs().ok
+needs_bpf = pytest.mark.skipif(not _CAN_BPF, reason="needs root, bcc, kernel headers and tracefs")
+
+
+@pytest.mark.root
+@needs_bpf
+def test_the_real_probe_compiles_and_attaches() -> None:
+    c = check_ebpf_probe()
+    assert c.ok, c
+    assert c.why.startswith("compiled and attached to sched:sched_switch in ")
+
+
+@pytest.mark.root
+@needs_bpf
+def test_a_probe_that_fails_to_load_gives_the_reason_without_the_status_line_wording() -> None:
+    # Zero-sized kernel maps are refused by the kernel: a real load failure.
+    c = check_ebpf_probe(lambda: BpfSchedProbe(max_threads=0))
+    assert not c.ok
+    assert c.why.startswith("BPF program failed to load")
+    assert "eBPF probe off" not in c.why and "scheduler numbers from /proc" not in c.why
+    assert c.fix is not None and "compiler messages printed above" in c.fix
+
+
+@pytest.mark.root
+@needs_bpf
+def test_doctor_reports_the_attached_probe_and_exact_scheduler_signals() -> None:
+    r = _doctor([])
+    assert r.returncode == 0, r.stderr
+    assert " ok " in _row(r.stdout, "eBPF probe")
+    assert "scheduler signals: eBPF probe" in r.stdout
+
+
+def test_no_bpf_skips_compiling_the_probe() -> None:
+    probe = next(c for c in run_checks(try_probe=False) if c.name == "eBPF probe")
+    assert not probe.ok and probe.why == "not tried (--no-bpf)"
+
+
+def test_report_is_aligned_and_puts_fixes_under_their_check() -> None:
+    checks = [
+        Check("short", True, "works"),
+        Check("a much longer name", False, "broken " * 30, "do this"),
+    ]
+    text = format_report(checks, "title", columns=80)
+    rows = [line for line in text.splitlines() if line.startswith("  ") and line.strip()]
+    assert rows[0].index("ok") == rows[1].index("NO")
+    assert max(len(r) for r in rows) <= 80
+    fix_line = next(r for r in rows if "fix:" in r)
+    assert fix_line.index("fix:") == rows[0].index("works")
+    assert "1 of 2 checks pass." in text
+
+
+def _doctor(
+    cmd_prefix: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*cmd_prefix, PY, "-m", "gputop", "doctor"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**(os.environ if env is None else env), "COLUMNS": "200"},
+    )
+
+
+def _row(out: str, name: str) -> str:
+    return next(line for line in out.splitlines() if line.strip().startswith(name))
+
+
+def test_doctor_on_this_machine() -> None:
+    r = _doctor([])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    for name in (
+        "NVML",
+        "bcc (eBPF)",
+        "kernel headers",
+        "privileges",
+        "tracefs",
+        "schedstat",
+        "PSI",
+        "py-spy",
+    ):
+        assert _row(r.stdout, name)
+    bcc_works = os.path.exists("/usr/lib/python3/dist-packages/bcc/__init__.py")
+    assert (" ok " in _row(r.stdout, "bcc (eBPF)")) is bcc_works
+    headers = os.path.isdir(f"/lib/modules/{os.uname().release}/build/include")
+    assert (" ok " in _row(r.stdout, "kernel headers")) is headers
+
+
+@pytest.mark.root
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare"
+)
+def test_doctor_without_bcc_and_headers() -> None:
+    # A private mount namespace hides the distro's bcc and every kernel's modules
+    # directory from this one run; the rest of the machine is untouched.
+    hide = (
+        "mount -t tmpfs none /usr/lib/python3/dist-packages/bcc 2>/dev/null; "
+        'mount -t tmpfs none /lib/modules && exec "$0" "$@"'
+    )
+    r = _doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
+    assert r.returncode == 0, r.stderr
+    bcc = _row(r.stdout, "bcc (eBPF)")
+    assert " NO " in bcc and "not installed" in bcc
+    headers = _row(r.stdout, "kernel headers")
+    assert " NO " in headers and f"no /lib/modules/{os.uname().release}/build" in headers
+    lines = r.stdout.splitlines()
+    bcc_fix = lines[lines.index(bcc) + 1].strip()
+    assert bcc_fix.startswith("fix: apt-get install python3-bpfcc")
+    headers_fix = lines[lines.index(headers) + 1].strip()
+    assert headers_fix.startswith(f"fix: apt-get install linux-headers-{os.uname().release}")
+    assert "not tried: fix the eBPF checks above first" in _row(r.stdout, "eBPF probe")
+    assert "scheduler signals: /proc estimates" in r.stdout

@@ -1,0 +1,719 @@
+"""Snapshot bundles: round trip, redaction, 0600, atomic replace, symlinks, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gputop.errors import UsageError
+from gputop.model.frame import (
+    ROLES,
+    VERDICT_STATES,
+    Frame,
+    GpuSample,
+    HostSample,
+    ProcessSample,
+    Sources,
+    SourceStatus,
+    ThreadSample,
+    Verdict,
+)
+from gputop.redact import REDACTED
+from gputop.runtime import Options, build_sampler
+from gputop.snapshot import (
+    SCHEMA,
+    collect_meta,
+    default_snapshot_dir,
+    encode_bundle,
+    load_bundle,
+    write_bundle,
+)
+from tests.contract import check_frame
+from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _thread(tid: int, comm: str) -> ThreadSample:
+    return ThreadSample(tid, comm, 40.0, 60.0, 12.5, 3.0, 20.0)
+
+
+def synthetic_frame(i: int) -> Frame:
+    """A frame with every kind of part: GPUs, a trainer with threads, a worker, verdicts."""
+    t = round(1763769600.25 + i, 3)
+    trainer = ProcessSample(
+        pid=3821,
+        ppid=1,
+        comm="python3",
+        cmdline="python3 train.py --api-key=hunter2 --lr 0.1",
+        role="trainer",
+        trainer_pid=3821,
+        cpu_pct=40.0 + i,
+        offcpu_pct=51.7,
+        runq_pct=30.2,
+        preempt_per_s=120.5,
+        preempt_total=14504 + i,
+        vcsw_per_s=30.0,
+        gpus=(0,),
+        gpu_mem_mib=60000,
+        start_time=777,
+        user="alice",
+        nthreads=2,
+        offcpu_hist=(1, 2, 3),
+        threads=(_thread(3821, "python3"), _thread(3822, "pt_data_pin")),
+    )
+    worker = ProcessSample(
+        pid=3900,
+        ppid=3821,
+        comm="pt_data_worker",
+        cmdline="python3 train.py --api-key=hunter2 --lr 0.1",
+        role="dataloader",
+        trainer_pid=3821,
+        cpu_pct=99.0,
+        offcpu_pct=None,
+        runq_pct=None,
+        preempt_per_s=5.0,
+        preempt_total=10,
+        vcsw_per_s=1.0,
+    )
+    return Frame(
+        t=t,
+        interval=1.0,
+        seq=i + 1,
+        sampler_cpu_pct=0.8,
+        sources=Sources("demo", "procfs", ("sched: eBPF probe off",)),
+        host=HostSample(cpu_pct=93.1, ncpu=8, load1=12.3, psi_cpu_some=41.0),
+        gpus=(
+            GpuSample(
+                0,
+                "GPU-0a",
+                "NVIDIA H100",
+                97.0,
+                12.0,
+                140.0,
+                700.0,
+                62000,
+                81559,
+                ("sw_power_cap",),
+            ),
+            GpuSample(1, "GPU-1b", "NVIDIA H100", 3.0, None, None, None, None, None, state="lost"),
+        ),
+        processes=(trainer, worker),
+        verdicts=(
+            Verdict(
+                0,
+                "busy_but_starving",
+                ("train.py off-CPU 52% of the last 10 s",),
+                ("pin the workers",),
+            ),
+            Verdict(1, "unknown"),
+        ),
+    )
+
+
+FRAMES = [synthetic_frame(i) for i in range(5)]
+META = {"host": {"kernel": "6.1.0"}, "sources": [], "torch": []}
+
+
+def test_write_then_load_gives_back_the_same_frames(tmp_path: Path) -> None:
+    path = write_bundle(FRAMES, META, str(tmp_path), None, redact=False)
+    b = load_bundle(path)
+    assert b.frames == FRAMES
+    assert [f.to_dict() for f in b.frames] == [f.to_dict() for f in FRAMES]
+    assert b.meta["host"] == {"kernel": "6.1.0"}
+    assert b.redacted is False
+
+
+def test_the_full_process_table_keeps_threads(tmp_path: Path) -> None:
+    b = load_bundle(write_bundle(FRAMES, META, str(tmp_path), None, redact=False))
+    assert b.processes == FRAMES[-1].processes
+    assert [p.threads for p in b.processes] == [p.threads for p in FRAMES[-1].processes]
+    assert b.processes[0].threads[1].comm == "pt_data_pin"
+
+
+def test_bundle_has_the_documented_top_level_fields(tmp_path: Path) -> None:
+    doc = json.loads(Path(write_bundle(FRAMES, META, str(tmp_path), None, True)).read_text())
+    assert doc["schema"] == SCHEMA == "gputop.snapshot/1"
+    assert set(doc) >= {"schema", "created_t", "meta", "window", "frames", "processes", "verdicts"}
+    assert [f["t"] for f in doc["frames"]] == sorted(f["t"] for f in doc["frames"])
+    assert doc["window"] == {
+        "start_t": FRAMES[0].t,
+        "end_t": FRAMES[-1].t,
+        "frames": 5,
+        "dropped_frames": 0,
+    }
+    assert doc["verdicts"][0]["state"] == "busy_but_starving"
+    assert doc["verdicts"][0]["evidence"] == ["train.py off-CPU 52% of the last 10 s"]
+
+
+def test_secrets_are_redacted_by_default_and_kept_on_request(tmp_path: Path) -> None:
+    red = Path(write_bundle(FRAMES, META, str(tmp_path), None, redact=True))
+    assert "hunter2" not in red.read_text()
+    b = load_bundle(str(red))
+    assert b.redacted is True
+    assert b.processes[0].cmdline == f"python3 train.py --api-key={REDACTED} --lr 0.1"
+    assert all(f"--api-key={REDACTED}" in p.cmdline for f in b.frames for p in f.processes)
+    kept = Path(write_bundle(FRAMES, META, str(tmp_path), None, redact=False))
+    assert "hunter2" in kept.read_text()
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o077])
+def test_bundle_and_screenshot_are_mode_0600_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        path = write_bundle(FRAMES, META, str(tmp_path), "<svg/>", True)
+    finally:
+        os.umask(old)
+    svg = Path(path).with_suffix(".svg")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(svg).st_mode) == 0o600
+    assert svg.read_text() == "<svg/>"
+    assert load_bundle(path).screenshot == svg.name
+
+
+def test_overwriting_an_existing_file_leaves_it_0600(tmp_path: Path) -> None:
+    target = tmp_path / "bundle.json"
+    target.write_text("old")
+    target.chmod(0o644)
+    write_bundle(FRAMES, META, None, None, False, path=str(target))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert load_bundle(str(target)).frames == FRAMES
+
+
+def test_a_symlink_at_the_target_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    link = tmp_path / "snap.json"
+    link.symlink_to(victim)
+    with pytest.raises(UsageError, match="symlink"):
+        write_bundle(FRAMES, META, None, None, True, path=str(link))
+    assert victim.read_text() == "precious"
+    assert link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snap.json", "victim"]
+
+
+def test_a_dangling_symlink_at_the_target_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "snap.json"
+    link.symlink_to(tmp_path / "would-be-created")
+    with pytest.raises(UsageError, match="symlink"):
+        write_bundle(FRAMES, META, None, None, True, path=str(link))
+    assert not (tmp_path / "would-be-created").exists()
+
+
+_FAILING_WRITER = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from gputop.errors import UsageError
+    from gputop.snapshot import load_bundle, write_bundle
+    frames = load_bundle(sys.argv[1]).frames
+    # The kernel refuses writes past this size (EFBIG): the write fails midway.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+    try:
+        write_bundle(frames, {}, None, "<svg/>", True, path=sys.argv[2])
+    except UsageError as exc:
+        print(exc)
+        sys.exit(2)
+    sys.exit(0)
+    """
+)
+
+
+def test_a_write_failing_midway_leaves_the_old_file_and_no_partial_or_orphan_file(
+    tmp_path: Path,
+) -> None:
+    src = write_bundle(
+        [synthetic_frame(i) for i in range(100)],
+        META,
+        str(tmp_path),
+        None,
+        True,
+        path=str(tmp_path / "src.json"),
+    )
+    assert os.path.getsize(src) > 2048
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    target = out_dir / "bundle.json"
+    target.write_text("previous bundle")
+    r = subprocess.run(
+        [PY, "-c", _FAILING_WRITER, src, str(target)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stdout.count("\n") == 1
+    assert "too large" in r.stdout.lower()
+    assert target.read_text() == "previous bundle"
+    assert [p.name for p in out_dir.iterdir()] == ["bundle.json"]
+
+
+def test_default_directory_follows_xdg_state_home() -> None:
+    assert default_snapshot_dir({"XDG_STATE_HOME": "/s", "HOME": "/h"}) == "/s/gputop/snapshots"
+    assert default_snapshot_dir({"HOME": "/h"}) == "/h/.local/state/gputop/snapshots"
+    # The spec says a relative XDG_STATE_HOME is invalid and must be ignored.
+    assert (
+        default_snapshot_dir({"XDG_STATE_HOME": "rel", "HOME": "/h"})
+        == "/h/.local/state/gputop/snapshots"
+    )
+
+
+def test_without_a_directory_bundles_go_to_the_default_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    first = write_bundle(FRAMES, META, None, None, True)
+    second = write_bundle(FRAMES, META, None, None, True)
+    d = tmp_path / "state" / "gputop" / "snapshots"
+    assert Path(first).parent == d and Path(second).parent == d
+    assert first != second
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+def test_a_configured_directory_is_created_private(tmp_path: Path) -> None:
+    d = tmp_path / "a" / "snaps"
+    path = write_bundle(FRAMES, META, str(d), None, True)
+    assert Path(path).parent == d
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+def test_output_naming_an_existing_directory_writes_a_fresh_name_in_it(tmp_path: Path) -> None:
+    path = write_bundle(FRAMES, META, None, None, True, path=str(tmp_path))
+    assert Path(path).parent == tmp_path
+    assert Path(path).name.startswith("gputop-") and path.endswith(".json")
+
+
+def test_an_unwritable_place_is_one_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot write"):
+        write_bundle(FRAMES, META, None, None, True, path=str(tmp_path / "no" / "such" / "x.json"))
+    with pytest.raises(UsageError, match="no frames"):
+        write_bundle([], META, str(tmp_path), None, True)
+
+
+def test_non_finite_numbers_are_written_as_null(tmp_path: Path) -> None:
+    nan_gpu = GpuSample(0, "GPU-x", "n", float("nan"), None, float("inf"), None, None, None)
+    frame = Frame(1.0, 1.0, Sources("nvml", "procfs"), HostSample(1.0, 1, 0.1), gpus=(nan_gpu,))
+    b = load_bundle(write_bundle([frame], {}, str(tmp_path), None, True))
+    assert b.frames[0].gpus[0].util is None
+    assert b.frames[0].gpus[0].power_w is None
+
+
+def test_real_sampler_frames_round_trip(tmp_path: Path) -> None:
+    sampler = build_sampler(Options(interval_s=0.1, no_bpf=True, top_n=100_000))
+    frames: list[Frame] = []
+    burner = subprocess.Popen([PY, "-c", "while True: pass"])
+    try:
+        sampler.run(frames.append, 0.35)
+        statuses = sampler.statuses()
+    finally:
+        sampler.close()
+        burner.kill()
+        burner.wait(timeout=10)
+    path = write_bundle(frames, collect_meta(statuses), str(tmp_path), None, False)
+    b = load_bundle(path)
+    assert [f.to_dict() for f in b.frames] == [f.to_dict() for f in frames]
+    assert {p.pid for p in b.processes} == {p.pid for p in frames[-1].processes}
+    assert [p.threads for p in b.processes] == [p.threads for p in frames[-1].processes]
+    burning = next(p for p in b.processes if p.pid == burner.pid)
+    assert [t.tid for t in burning.threads] == [burner.pid]
+
+
+# ---- property: any frames survive the round trip --------------------------
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+_num = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9)
+_pct = st.floats(min_value=0, max_value=100)
+_small = st.integers(min_value=0, max_value=2**40)
+_threads = st.builds(
+    ThreadSample,
+    tid=_small,
+    comm=_text,
+    cpu_pct=_pct,
+    offcpu_pct=st.none() | _pct,
+    runq_pct=st.none() | _pct,
+    preempt_per_s=_num,
+    vcsw_per_s=_num,
+)
+_procs = st.builds(
+    ProcessSample,
+    pid=_small,
+    ppid=_small,
+    comm=_text,
+    cmdline=_text,
+    role=st.sampled_from(ROLES),
+    trainer_pid=st.none() | _small,
+    cpu_pct=_num,
+    offcpu_pct=st.none() | _pct,
+    runq_pct=st.none() | _pct,
+    preempt_per_s=_num,
+    preempt_total=_small,
+    vcsw_per_s=_num,
+    gpus=st.lists(st.integers(0, 7), max_size=3).map(tuple),
+    gpu_mem_mib=st.none() | _small,
+    offcpu_hist=st.none() | st.lists(_small, max_size=4).map(tuple),
+    threads=st.lists(_threads, max_size=3).map(tuple),
+)
+_gpus = st.builds(
+    GpuSample,
+    index=st.integers(0, 7),
+    uuid=_text,
+    name=_text,
+    util=st.none() | _pct,
+    sm_active=st.none() | _pct,
+    power_w=st.none() | _num,
+    power_limit_w=st.none() | _num,
+    mem_used_mib=st.none() | _small,
+    mem_total_mib=st.none() | _small,
+    throttle=st.lists(_text, max_size=3).map(tuple),
+    state=st.sampled_from(["ok", "lost"]),
+)
+_verdicts = st.builds(
+    Verdict,
+    gpu=st.integers(0, 7),
+    state=st.sampled_from(VERDICT_STATES),
+    evidence=st.lists(_text, max_size=2).map(tuple),
+    fixes=st.lists(_text, max_size=2).map(tuple),
+    efficiency=st.none() | st.floats(0, 1),
+)
+
+
+@st.composite
+def _frame_lists(draw: st.DrawFn) -> list[Frame]:
+    n = draw(st.integers(1, 4))
+    t0 = draw(st.integers(0, 2**31))
+    return [
+        Frame(
+            t=t0 + i * 0.5,
+            interval=0.5,
+            seq=i,
+            sources=Sources(draw(_text), draw(_text), tuple(draw(st.lists(_text, max_size=2)))),
+            host=HostSample(cpu_pct=draw(_pct), ncpu=draw(st.integers(1, 512)), load1=draw(_num)),
+            gpus=tuple(draw(st.lists(_gpus, max_size=2))),
+            processes=tuple(draw(st.lists(_procs, max_size=3))),
+            verdicts=tuple(draw(st.lists(_verdicts, max_size=2))),
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def prop_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("prop")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(frames=_frame_lists())
+def test_any_frames_round_trip_unredacted(prop_dir: Path, frames: list[Frame]) -> None:
+    path = write_bundle(
+        frames, {"k": [1, "x", None]}, None, None, False, path=str(prop_dir / "p.json")
+    )
+    b = load_bundle(path)
+    assert b.frames == frames
+    assert [p.threads for p in b.processes] == [p.threads for p in frames[-1].processes]
+    assert b.meta["k"] == [1, "x", None]
+
+
+# ---- the command ------------------------------------------------------------
+
+
+_SNAP_ARGS = ("--duration", "0.6", "--interval", "0.2", "--no-bpf")
+
+
+def test_snapshot_command_writes_a_bundle_and_prints_its_path(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    # Three CPU consumers; with --top 1 the TUI would show only one of them.
+    burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        r = subprocess.run(
+            [PY, "-m", "gputop", "--top", "1", "snapshot", *_SNAP_ARGS, "-o", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait(timeout=10)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{out}\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    bundle = load_bundle(str(out))
+    assert len(bundle.frames) >= 2
+    assert bundle.meta["host"]["kernel"] == os.uname().release
+    assert any(s["name"] == "sched" for s in bundle.meta["sources"])
+    # Every CPU consumer is in a snapshot, not only the busiest --top N.
+    assert {b.pid for b in burners} <= {p.pid for p in bundle.processes}
+
+
+def test_snapshot_with_fake_nvml_has_gpu_frames_driver_facts_and_the_gpu_process(
+    tmp_path: Path,
+) -> None:
+    sleeper = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", "--token=abc123secret"])
+    try:
+        fake = FakeNvml(
+            tmp_path / "nvml",
+            [
+                FakeGpu(
+                    util=[97],
+                    sm_util=[12],
+                    power_w=[140],
+                    throttle=[SW_POWER_CAP],
+                    processes=[FakeProc(pid=sleeper.pid, mem_mib=60000, sm_pct=11)],
+                ),
+                FakeGpu(name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, gpm=False),
+            ],
+        )
+        out = tmp_path / "s.json"
+        r = subprocess.run(
+            [
+                PY,
+                "-m",
+                "gputop",
+                "snapshot",
+                "--duration",
+                "0.6",
+                "--interval",
+                "0.2",
+                "--no-bpf",
+                "-o",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=fake.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sleeper.terminate()
+        sleeper.wait(timeout=10)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    for f in doc["frames"]:
+        check_frame(f)
+    b = load_bundle(str(out))
+    nvml = b.meta["nvml"]
+    assert (nvml["ok"], nvml["driver_version"], nvml["cuda_version"]) == (True, "550.54.15", "12.4")
+    assert [(g["index"], g["uuid"], g["gpm_supported"]) for g in nvml["gpus"]] == [
+        (0, fake_uuid(0), True),
+        (1, fake_uuid(1), False),
+    ]
+    last = b.frames[-1]
+    assert [(g.util, g.sm_active, g.power_w) for g in last.gpus] == [
+        (97.0, 12.0, 140.0),
+        (0.0, None, 100.0),
+    ]
+    assert last.gpus[0].throttle == ("sw_power_cap",)
+    holder = next(p for p in b.processes if p.pid == sleeper.pid)
+    assert (holder.role, holder.gpus, holder.gpu_mem_mib) == ("trainer", (0,), 60000)
+    assert holder.cmdline.endswith(f"--token={REDACTED}")
+    assert next(s for s in b.meta["sources"] if s["name"] == "gpu")["live"] is True
+
+
+def test_snapshot_of_a_starving_demo_carries_the_verdict_and_its_evidence(tmp_path: Path) -> None:
+    out = tmp_path / "demo.json"
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "gputop",
+            "snapshot",
+            "--demo",
+            "cpu-contention",
+            "--duration",
+            "4",
+            "--interval",
+            "0.5",
+            "--no-bpf",
+            "-o",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["verdicts"][0]["state"] == "busy_but_starving"
+    assert doc["verdicts"][0]["evidence"] and doc["verdicts"][0]["fixes"]
+    b = load_bundle(str(out))
+    assert b.verdicts[0].state == "busy_but_starving"
+    assert b.frames[-1].sources.gpu == "demo"
+    trainer = next(p for p in b.processes if p.role == "trainer")
+    assert any(p.role == "dataloader" and p.trainer_pid == trainer.pid for p in b.processes)
+
+
+def test_snapshot_command_reports_an_unwritable_output_in_one_line(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "gputop",
+            "snapshot",
+            "--duration",
+            "0.2",
+            "--interval",
+            "0.1",
+            "-o",
+            str(tmp_path / "x" / "y.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert r.stderr.startswith("gputop: error: cannot write")
+    assert r.stderr.count("\n") == 1
+
+
+# ---- a real PyTorch trainer with DataLoader workers --------------------------
+
+_TRAINER = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 10**9
+        def __getitem__(self, i):
+            time.sleep(0.005)
+            return torch.zeros(4)
+
+    it = iter(DataLoader(Slow(), num_workers=2, batch_size=8))
+    next(it)
+    print("ready", flush=True)
+    while True:
+        next(it)
+        time.sleep(0.02)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[str]]:
+    script = tmp_path_factory.mktemp("trainer") / "train.py"
+    script.write_text(_TRAINER)
+    p = subprocess.Popen(
+        [PY, str(script), "--api-key=hunter2", "--password", "sekrit9", "--lr", "0.1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline() == "ready\n"
+        yield p
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def _installed_torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+@pytest.mark.torch
+def test_snapshot_of_a_real_trainer_has_roles_torch_version_and_no_secrets(
+    tmp_path: Path, trainer: subprocess.Popen[str]
+) -> None:
+    def snap(name: str, *extra: str) -> Path:
+        out = tmp_path / name
+        r = subprocess.run(
+            [
+                PY,
+                "-m",
+                "gputop",
+                "snapshot",
+                "--duration",
+                "0.6",
+                "--interval",
+                "0.3",
+                "--no-bpf",
+                "-o",
+                str(out),
+                *extra,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return out
+
+    out = snap("red.json")
+    raw = out.read_text()
+    assert "hunter2" not in raw and "sekrit9" not in raw
+    b = load_bundle(str(out))
+    me = next(p for p in b.processes if p.pid == trainer.pid)
+    assert me.role == "trainer"
+    assert me.cmdline.endswith(f"--api-key={REDACTED} --password {REDACTED} --lr 0.1")
+    workers = {p.pid for p in b.processes if p.role == "dataloader" and p.ppid == trainer.pid}
+    assert len(workers) == 2
+    assert {"pid": trainer.pid, "version": _installed_torch_version()} == {
+        k: v for k, v in b.meta["torch"][0].items() if k != "path"
+    }
+    kept = snap("kept.json", "--no-redact").read_text()
+    assert "--api-key=hunter2 --password sekrit9" in kept
+
+
+def test_collect_meta_reports_this_host_and_the_sources() -> None:
+    st_ = SourceStatus("gpu", "none", False, "no GPU", "install the driver")
+    meta = collect_meta([st_])
+    assert meta["host"]["kernel"] == os.uname().release
+    assert meta["host"]["ncpu"] == os.cpu_count()
+    with open("/proc/meminfo") as f:
+        total_kb = int(f.readline().split()[1])
+    assert meta["host"]["mem_total_mib"] == total_kb // 1024
+    assert meta["host"]["cpu_model"]
+    assert meta["sources"] == [
+        {
+            "name": "gpu",
+            "kind": "none",
+            "live": False,
+            "reason": "no GPU",
+            "fix": "install the driver",
+        }
+    ]
+    assert set(meta["nvml"]) >= {"ok", "reason"}
+    json.dumps(meta, allow_nan=False)
+
+
+def test_a_bundle_over_the_size_limit_keeps_the_newest_frames_that_fit(tmp_path: Path) -> None:
+    frames = [synthetic_frame(i) for i in range(100)]
+    data = encode_bundle(frames, META, True, max_bytes=60_000)
+    assert 30_000 < len(data) <= 60_000
+    path = tmp_path / "b.json"
+    path.write_bytes(data)
+    b = load_bundle(str(path), max_bytes=60_000)
+    assert [f.seq for f in b.frames] == [f.seq for f in frames[-len(b.frames) :]]
+    assert b.window["dropped_frames"] == 100 - len(b.frames) > 0
+    assert b.window["start_t"] == b.frames[0].t
+
+
+def test_ten_minutes_of_frames_load_back_and_stay_small(tmp_path: Path) -> None:
+    frames = [synthetic_frame(i) for i in range(600)]
+    path = write_bundle(frames, META, str(tmp_path), None, True)
+    assert os.path.getsize(path) < 2_000_000
+    assert len(load_bundle(path).frames) == 600
