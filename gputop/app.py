@@ -26,6 +26,7 @@ from textual.widgets import Footer
 
 from gputop.config import Config, load_config
 from gputop.errors import UsageError
+from gputop.model.diagnosis import Diagnoser, Thresholds
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
 from gputop.model.history import History
 from gputop.runtime import Options
@@ -480,11 +481,8 @@ class GputopApp(App[int]):
         self.push_screen(KillScreen(target), answered)
 
     def action_snapshot(self) -> None:
-        try:
-            from gputop import snapshot  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            self.notify("snapshot support not installed", severity="warning")
-            return
+        from gputop import snapshot
+
         frames = list(self.history.frames)
         if not frames:
             self.notify("nothing to snapshot yet", severity="warning")
@@ -509,10 +507,7 @@ class GputopApp(App[int]):
 
 
 def _replay_feed(path: str) -> ReplayFeed:
-    try:
-        from gputop.snapshot import load_bundle  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise UsageError("--replay needs snapshot support, not installed in this build") from None
+    from gputop.snapshot import load_bundle
 
     bundle = load_bundle(path)
     if not bundle.frames:
@@ -520,17 +515,8 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def configured_diagnoser(thresholds: dict[str, Any]) -> Any:
+def configured_diagnoser(thresholds: dict[str, Any]) -> Diagnoser:
     """A Diagnoser with the config's [thresholds] (checked there: bad ones are a UsageError)."""
-    try:
-        from gputop.model.diagnosis import (  # type: ignore[import-not-found,unused-ignore]
-            Diagnoser,
-            Thresholds,
-        )
-    except ImportError:
-        raise UsageError(
-            "[thresholds] in the config needs the diagnosis engine, not in this build"
-        ) from None
     return Diagnoser(Thresholds.from_mapping(thresholds))
 
 

@@ -537,21 +537,6 @@ async def test_readonly_refuses_to_kill() -> None:
         child.wait()
 
 
-@sync
-async def test_snapshot_without_support_says_so() -> None:
-    try:
-        import gputop.snapshot  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("snapshot support present: covered by the snapshot tests")
-    app = replay_app(3)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("s")
-        await pilot.pause()
-        assert any("snapshot support not installed" in n.message for n in app._notifications)
-
-
 # ---- config ------------------------------------------------------------------
 
 

@@ -1,10 +1,9 @@
-"""The TUI against the snapshot and diagnosis modules (each test needs its module present)."""
+"""The TUI against the snapshot and diagnosis modules."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -19,26 +18,12 @@ from gputop.runtime import Options
 from gputop.widgets.banner import VerdictBanner
 
 
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-needs_snapshot = pytest.mark.skipif(not _has("gputop.snapshot"), reason="gputop.snapshot absent")
-needs_diagnosis = pytest.mark.skipif(
-    not _has("gputop.model.diagnosis"), reason="gputop.model.diagnosis absent"
-)
-
-
 def _args(**kw: object) -> argparse.Namespace:
     base = {"replay": None, "readonly": False, "no_redact": False, "demo": None}
     base.update(kw)
     return argparse.Namespace(**base)
 
 
-@needs_snapshot
 def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(tmp_path: Path) -> None:
     from gputop.snapshot import load_bundle
 
@@ -64,11 +49,9 @@ def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(tmp_path: Path)
     assert svg.startswith("<svg") and "BUSY" in svg
 
 
-@needs_snapshot
 def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path) -> None:
-    from gputop.snapshot import write_bundle
-
     from gputop.app import _replay_feed
+    from gputop.snapshot import write_bundle
 
     path = write_bundle(make_frames(12), {}, str(tmp_path), None, True)
     app = GputopApp(_replay_feed(path))
@@ -84,7 +67,6 @@ def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path) -> N
     asyncio.run(run())
 
 
-@needs_snapshot
 def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -92,13 +74,6 @@ def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:
         run_app(_args(replay=str(bad)), Options())
 
 
-@pytest.mark.skipif(_has("gputop.snapshot"), reason="gputop.snapshot present")
-def test_replay_without_snapshot_support_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="snapshot support"):
-        run_app(_args(replay=str(tmp_path / "x.json")), Options())
-
-
-@needs_diagnosis
 def test_config_thresholds_reach_the_diagnoser() -> None:
     diagnoser = configured_diagnoser({"sm_low_pct": 30})
     assert diagnoser.thresholds.sm_low_pct == 30.0
