@@ -14,7 +14,6 @@ import os
 import signal
 import threading
 from collections import deque
-from dataclasses import replace
 from typing import Any, ClassVar, Protocol
 
 from textual import events, on
@@ -26,7 +25,6 @@ from textual.widgets import Footer
 
 from gputop.config import Config, load_config
 from gputop.errors import UsageError
-from gputop.model.diagnosis import Diagnoser, Thresholds
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
 from gputop.model.history import History
 from gputop.runtime import Options
@@ -515,32 +513,19 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def configured_diagnoser(thresholds: dict[str, Any]) -> Diagnoser:
-    """A Diagnoser with the config's [thresholds] (checked there: bad ones are a UsageError)."""
-    return Diagnoser(Thresholds.from_mapping(thresholds))
-
-
 def run_app(args: argparse.Namespace, opts: Options) -> int:
     """The default command: the live TUI, a demo, or a replay of a snapshot bundle."""
     config = load_config()
-    interval_s = opts.interval_s
-    # The command line's default is 1 s; a config interval applies unless one was given.
-    if config.interval_s is not None and interval_s == 1.0:
-        interval_s = config.interval_s
-        opts = replace(opts, interval_s=interval_s)
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)
     else:
         from gputop.runtime import build_sampler
 
-        sampler = build_sampler(opts)
-        if config.thresholds:
-            sampler.diagnoser = configured_diagnoser(config.thresholds)
-        feed = SamplerFeed(sampler)
+        feed = SamplerFeed(build_sampler(opts))
     app = GputopApp(
         feed,
-        interval_s=interval_s,
+        interval_s=opts.interval_s,
         readonly=bool(getattr(args, "readonly", False)),
         redact=not getattr(args, "no_redact", False),
         config=config,

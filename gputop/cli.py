@@ -10,7 +10,7 @@ from typing import IO, Any, NoReturn
 
 from gputop import __version__
 from gputop.errors import UsageError
-from gputop.runtime import Options
+from gputop.runtime import DEFAULT_INTERVAL_S, Options
 from gputop.sampler import MIN_INTERVAL_S
 
 PROG = "gputop"
@@ -60,7 +60,7 @@ def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
     p.add_argument(
         "--interval",
         type=_interval,
-        default=d(1.0),
+        default=d(None),
         metavar="S",
         help=f"seconds between samples (default 1, min {MIN_INTERVAL_S})",
     )
@@ -135,8 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from(args: argparse.Namespace) -> Options:
+    """The options for every command: the command line, then the config file, then defaults."""
+    from gputop.config import load_config
+    from gputop.model.diagnosis import Thresholds
+
+    config = load_config()
+    interval_s = args.interval
+    if interval_s is None:
+        interval_s = DEFAULT_INTERVAL_S if config.interval_s is None else config.interval_s
     return Options(
-        interval_s=args.interval,
+        interval_s=interval_s,
+        thresholds=Thresholds.from_mapping(config.thresholds),
         no_bpf=args.no_bpf,
         demo=getattr(args, "demo", None),
         top_n=args.top,

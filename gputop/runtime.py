@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gputop.model.diagnosis import Diagnoser
+from gputop.model.diagnosis import Diagnoser, Thresholds
 from gputop.sampler import Sampler
 from gputop.sources.base import GpuSource, SchedProbe
 from gputop.sources.procfs import ProcSource
 
+DEFAULT_INTERVAL_S = 1.0
+
 
 @dataclass(frozen=True)
 class Options:
-    """What the command line chose; shared by the TUI and the headless commands."""
+    """What the command line and the config file chose; shared by every command."""
 
-    interval_s: float = 1.0
+    interval_s: float = DEFAULT_INTERVAL_S
     no_bpf: bool = False
     demo: str | None = None
     top_n: int = 30
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
 
 def gpu_source(opts: Options) -> GpuSource:
@@ -53,7 +56,7 @@ def build_sampler(opts: Options) -> Sampler:
         gpu=gpu_source(opts),
         procs=ProcSource(top_n=opts.top_n),
         probe=None if opts.no_bpf else sched_probe(opts),
-        diagnoser=Diagnoser(),
+        diagnoser=Diagnoser(opts.thresholds),
         interval_s=opts.interval_s,
         notes=notes,
     )

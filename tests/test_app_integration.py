@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from frames_fixture import make_frames
 
-from gputop.app import GputopApp, ReplayFeed, configured_diagnoser, run_app
+from gputop.app import GputopApp, ReplayFeed, run_app
 from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.runtime import Options
@@ -72,10 +72,3 @@ def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(UsageError):
         run_app(_args(replay=str(bad)), Options())
-
-
-def test_config_thresholds_reach_the_diagnoser() -> None:
-    diagnoser = configured_diagnoser({"sm_low_pct": 30})
-    assert diagnoser.thresholds.sm_low_pct == 30.0
-    with pytest.raises(UsageError):
-        configured_diagnoser({"no_such_threshold": 1})

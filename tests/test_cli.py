@@ -145,3 +145,39 @@ def test_import_linter_contract_holds():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "KEPT" in r.stdout
+
+
+def _config(tmp_path: Path, text: str) -> dict[str, str]:
+    (tmp_path / "gputop").mkdir(exist_ok=True)
+    (tmp_path / "gputop" / "config.toml").write_text(text)
+    return {"XDG_CONFIG_HOME": str(tmp_path)}
+
+
+def test_config_file_sets_interval_and_thresholds_and_the_command_line_wins(tmp_path, monkeypatch):
+    from gputop.cli import build_parser, options_from
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    _config(tmp_path, "interval = 2.0\n[thresholds]\nsm_low_pct = 30\n")
+    opts = options_from(build_parser().parse_args(["record"]))
+    assert opts.interval_s == 2.0 and opts.thresholds.sm_low_pct == 30.0
+    opts = options_from(build_parser().parse_args(["--interval", "1", "record"]))
+    assert opts.interval_s == 1.0 and opts.thresholds.sm_low_pct == 30.0
+
+
+def test_headless_record_uses_the_config_interval(tmp_path):
+    env = _config(tmp_path, "interval = 0.2\n")
+    r = gputop("record", "--duration", "0.6", "--no-bpf", env=env)
+    assert r.returncode == 0, r.stderr
+    frames = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(frames) >= 2 and all(f["interval"] < 0.5 for f in frames)
+
+
+@pytest.mark.parametrize(
+    "text", ["interval = [", "[thresholds]\nsm_low_pct = 'low'\n", "[thresholds]\nnope = 1\n"]
+)
+def test_bad_config_is_one_line_and_exit_2_for_every_command(tmp_path, text):
+    env = _config(tmp_path, text)
+    for args in (["record", "--duration", "0.2"], ["snapshot", "--duration", "0.2"]):
+        r = gputop(*args, env=env)
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -461,17 +461,17 @@ def test_low_sm_efficiency_evidence_clears_the_host_with_numbers() -> None:
     assert "SM activity 12% is far below GPU_UTIL 97%" in text
 
 
-def test_every_command_diagnoses_and_the_tui_config_reaches_the_thresholds() -> None:
-    from gputop.app import configured_diagnoser
+def test_every_command_diagnoses_with_the_configured_thresholds() -> None:
     from gputop.runtime import Options, build_sampler
 
     default = build_sampler(Options(no_bpf=True)).diagnoser
     assert isinstance(default, Diagnoser) and default.thresholds == Thresholds()
-    custom = configured_diagnoser({"sm_low_pct": 30, "window_s": 5})
-    assert isinstance(custom, Diagnoser)
-    assert (custom.thresholds.sm_low_pct, custom.thresholds.window_s) == (30.0, 5.0)
+    custom = Thresholds.from_mapping({"sm_low_pct": 30, "window_s": 5})
+    got = build_sampler(Options(no_bpf=True, thresholds=custom)).diagnoser
+    assert isinstance(got, Diagnoser)
+    assert (got.thresholds.sm_low_pct, got.thresholds.window_s) == (30.0, 5.0)
     with pytest.raises(UsageError, match="unknown threshold"):
-        configured_diagnoser({"starving_offcpu_pct": 40})
+        Thresholds.from_mapping({"starving_offcpu_pct": 40})
 
 
 def test_a_gpu_its_starved_host_cannot_feed_is_input_bound_with_the_starving_evidence() -> None:
