@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import warnings
 from types import ModuleType
 
 DISTRO_DIRS = ("/usr/lib/python3/dist-packages",)
@@ -57,7 +58,11 @@ def _find() -> tuple[ModuleType | None, str | None]:
         mod = importlib.util.module_from_spec(spec)
         sys.modules["bcc"] = mod
         try:
-            spec.loader.exec_module(mod)
+            # Compiled from source here (no .pyc for this interpreter), bcc's own regexes
+            # raise escape-sequence warnings that would land on the user's terminal.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+                spec.loader.exec_module(mod)
         except Exception as exc:  # noqa: BLE001 - libbcc.so missing, ABI mismatch...
             del sys.modules["bcc"]
             return None, f"bcc found in {d} but failed to load: {exc!r}"
