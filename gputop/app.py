@@ -302,7 +302,7 @@ class GputopApp(App[int]):
         """Show the newest frame in the history on every widget (and the open drill-down)."""
         frame = self.history.last
         if frame is not None:
-            self.query_one(VerdictBanner).show(frame.verdicts)
+            self.query_one(VerdictBanner).show(frame.verdicts, has_gpus=bool(frame.gpus))
             self._show_gpus(frame)
             self.table.show(frame.processes)
         self._status()

@@ -111,6 +111,9 @@ async def test_no_gpu_panel_says_host_signals_only_and_why() -> None:
         assert "no GPU — host signals only" in text
         assert "NVML library not found" in text
         assert "gpu:none" in status_text(app)
+        banner = app.query_one(VerdictBanner)
+        assert banner.state == "no_gpu"
+        assert "no GPU to judge" in str(banner.render())
 
 
 @sync

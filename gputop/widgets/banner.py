@@ -75,10 +75,10 @@ class VerdictBanner(Static):
         """The state the banner shows now ("none" before any verdict)."""
         return self._state
 
-    def show(self, verdicts: Sequence[Verdict]) -> None:
+    def show(self, verdicts: Sequence[Verdict], has_gpus: bool = True) -> None:
         """Render the most urgent verdict; a no-op when nothing changed."""
         top = worst(verdicts)
-        state = top[0].state if top else "none"
+        state = top[0].state if top else ("none" if has_gpus else "no_gpu")
         key = (state, tuple(top))
         if key == self._shown:
             return
@@ -86,10 +86,14 @@ class VerdictBanner(Static):
         self.remove_class(f"-{self._state}")
         self._state = state
         self.add_class(f"-{state}")
-        self.update(self._text(top))
+        self.update(self._text(top, state))
 
     @staticmethod
-    def _text(top: list[Verdict]) -> Text:
+    def _text(top: list[Verdict], state: str) -> Text:
+        if state == "no_gpu":
+            return Text(
+                "no GPU to judge — host signals only (the status line says why)", no_wrap=True
+            )
         if not top:
             return Text("no verdict yet — diagnosis needs a few frames", no_wrap=True)
         v = top[0]
