@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,22 +22,26 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _interval(text: str) -> float:
+def _seconds(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not v >= MIN_INTERVAL_S or v != v or v == float("inf"):
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"not a finite number of seconds: {text}")
+    return v
+
+
+def _interval(text: str) -> float:
+    v = _seconds(text)
+    if v < MIN_INTERVAL_S:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL_S} s, got {text}")
     return v
 
 
 def _duration(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not v > 0 or v == float("inf"):
+    v = _seconds(text)
+    if v <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return v
 

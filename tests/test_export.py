@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from gputop.model.frame import (
     Verdict,
 )
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
+from tests.torchjob import running_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -381,38 +381,11 @@ def test_a_bad_listen_is_one_line_and_exit_2(listen: str) -> None:
     assert "Traceback" not in err
 
 
-_TRAINER = textwrap.dedent(
-    """
-    import time
-    import torch
-    from torch.utils.data import DataLoader, Dataset
-
-    class Slow(Dataset):
-        def __len__(self):
-            return 10**9
-        def __getitem__(self, i):
-            time.sleep(0.005)
-            return torch.zeros(4)
-
-    it = iter(DataLoader(Slow(), num_workers=2, batch_size=8))
-    next(it)
-    print("ready", flush=True)
-    while True:
-        next(it)
-        time.sleep(0.02)
-    """
-)
-
-
 @pytest.mark.torch
 def test_a_real_trainer_and_its_workers_are_exported(
     tmp_path: Path, exporter: tuple[subprocess.Popen[str], str]
 ) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(_TRAINER)
-    trainer = subprocess.Popen([PY, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert trainer.stdout is not None and trainer.stdout.readline() == "ready\n"
+    with running_trainer(tmp_path) as trainer:
         _p, url = exporter
         deadline = time.monotonic() + 30
         while True:
@@ -432,6 +405,3 @@ def test_a_real_trainer_and_its_workers_are_exported(
         ]
         assert len(workers) >= 2
         assert _one(fams, "gputop_process_preemptions_total", pid=str(trainer.pid)) >= 0
-    finally:
-        trainer.terminate()
-        trainer.wait(timeout=30)

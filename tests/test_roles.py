@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -14,6 +11,7 @@ import pytest
 from gputop.model.roles import assign_roles, thread_role_from_comm
 from gputop.sources.procfs import ProcSource
 from tests.procutil import kill_all, spawn_python, wait_for_comm
+from tests.torchjob import running_trainer
 
 FORKSERVER = "python3 -c from multiprocessing.forkserver import main; main(3, 4)"
 
@@ -104,50 +102,21 @@ def test_real_renamed_thread_is_a_pin_memory_entry():
         kill_all([p])
 
 
-TORCH_LOOP = """
-import sys, time, torch
-from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
-    def __len__(self): return 10**6
-    def __getitem__(self, i):
-        time.sleep(0.01)
-        return torch.zeros(4)
-if __name__ == "__main__":
-    ctx = sys.argv[1]
-    dl = DataLoader(Slow(), batch_size=2, num_workers=2, multiprocessing_context=ctx)
-    for i, b in enumerate(dl):
-        if i == 0:
-            print("ready", flush=True)
-        time.sleep(0.01)
-"""
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("ctx", ["fork", "spawn", "forkserver"])
 def test_real_pytorch_dataloader_workers_group_under_trainer(tmp_path, ctx):
     pytest.importorskip("torch", reason="needs the CPU PyTorch wheel (the torch extra)")
-    script = tmp_path / "train.py"
-    script.write_text(TORCH_LOOP)
-    # Own session: the forkserver and its workers outlive a killed trainer otherwise.
-    p = subprocess.Popen(
-        [sys.executable, str(script), ctx], stdout=subprocess.PIPE, start_new_session=True
-    )
     mine: list = []
-    try:
-        assert p.stdout is not None
-        assert p.stdout.readline().strip() == b"ready"
+    with running_trainer(tmp_path, ctx) as p:
         src = ProcSource(top_n=5)
         deadline = time.monotonic() + 20
-        workers: list = []
         while time.monotonic() < deadline:
             r = src.read(now=time.monotonic())
-            workers = [q for q in r.processes if q.role == "dataloader"]
-            mine = [q for q in workers if q.trainer_pid == p.pid]
+            mine = [q for q in r.processes if q.role == "dataloader" and q.trainer_pid == p.pid]
             if len(mine) == 2:
                 break
             time.sleep(0.2)
-        mine = [q for q in workers if q.trainer_pid == p.pid]
-        assert len(mine) == 2, f"workers seen: {workers}"
+        assert len(mine) == 2, f"processes seen: {r.processes}"
         for w in mine:
             wait_for_comm(w.pid, "pt_data_worker")
             assert w.comm.startswith(("pt_data_worker", "pt_multiprocess"))
@@ -156,13 +125,10 @@ def test_real_pytorch_dataloader_workers_group_under_trainer(tmp_path, ctx):
         if ctx == "forkserver":
             # The forkserver sits between trainer and workers; it is not the trainer.
             assert all(w.ppid != p.pid for w in mine)
-    finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        deadline = time.monotonic() + 10
-        while any(_alive(w.pid) for w in mine) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not any(_alive(w.pid) for w in mine), "DataLoader workers leaked"
+    deadline = time.monotonic() + 10
+    while any(_alive(w.pid) for w in mine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(w.pid) for w in mine), "DataLoader workers leaked"
 
 
 def _alive(pid: int) -> bool:

@@ -40,6 +40,7 @@ from gputop.snapshot import (
 )
 from tests.contract import check_frame
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
+from tests.torchjob import running_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -586,45 +587,12 @@ def test_snapshot_command_reports_an_unwritable_output_in_one_line(tmp_path: Pat
 
 # ---- a real PyTorch trainer with DataLoader workers --------------------------
 
-_TRAINER = textwrap.dedent(
-    """
-    import sys, time
-    import torch
-    from torch.utils.data import DataLoader, Dataset
-
-    class Slow(Dataset):
-        def __len__(self):
-            return 10**9
-        def __getitem__(self, i):
-            time.sleep(0.005)
-            return torch.zeros(4)
-
-    it = iter(DataLoader(Slow(), num_workers=2, batch_size=8))
-    next(it)
-    print("ready", flush=True)
-    while True:
-        next(it)
-        time.sleep(0.02)
-    """
-)
-
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[str]]:
-    script = tmp_path_factory.mktemp("trainer") / "train.py"
-    script.write_text(_TRAINER)
-    p = subprocess.Popen(
-        [PY, str(script), "--api-key=hunter2", "--password", "sekrit9", "--lr", "0.1"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert p.stdout is not None
-        assert p.stdout.readline() == "ready\n"
+    secrets = ("--api-key=hunter2", "--password", "sekrit9", "--lr", "0.1")
+    with running_trainer(tmp_path_factory.mktemp("trainer"), args=secrets) as p:
         yield p
-    finally:
-        p.terminate()
-        p.wait(timeout=30)
 
 
 def _installed_torch_version() -> str:
