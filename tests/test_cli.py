@@ -13,6 +13,7 @@ import pytest
 from gputop import __version__
 from gputop.model.frame import Frame
 from tests.contract import check_frame
+from tests.procutil import HOG, kill_all, spawn_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +31,11 @@ def gputop(*args: str, env: dict[str, str] | None = None, timeout: float = 60):
 
 
 def test_record_writes_contract_frames_to_stdout():
-    r = gputop("record", "--duration", "1", "--interval", "0.25", "--no-bpf")
+    hog = spawn_python(HOG)
+    try:
+        r = gputop("record", "--duration", "1", "--interval", "0.25", "--no-bpf")
+    finally:
+        kill_all([hog])
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert 3 <= len(lines) <= 5
@@ -40,7 +45,8 @@ def test_record_writes_contract_frames_to_stdout():
         assert d["sources"]["sched"] == "procfs"
         assert Frame.from_dict(d).to_dict() == d  # lossless round trip
     assert [d["seq"] for d in frames] == sorted(d["seq"] for d in frames)
-    assert any(p["pid"] == 1 for p in frames[-1]["processes"]) or frames[-1]["processes"]
+    seen = [p for p in frames[-1]["processes"] if p["pid"] == hog.pid]
+    assert seen and seen[0]["cpu_pct"] > 20 and seen[0]["role"] == "other"
 
 
 def test_record_to_file(tmp_path):
