@@ -10,6 +10,7 @@ time) so a reused PID never inherits another process's counters.
 
 from __future__ import annotations
 
+import heapq
 import os
 import pwd
 from collections.abc import Iterable
@@ -113,12 +114,11 @@ class _ThreadPrev:
 @dataclass(slots=True)
 class _ProcPrev:
     ticks: int
-    t: float
     threads: dict[int, _ThreadPrev] = field(default_factory=dict)
     preempt_total: int = 0
     vcsw_total: int = 0
     detailed: bool = False
-    last_seen: float = 0.0
+    user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +224,7 @@ class ProcSource:
         return got
 
     def _user(self, pid: int) -> str:
+        """The owner's name; callers cache it per process (owners rarely change)."""
         try:
             uid = os.stat(f"{self.root}/{pid}").st_uid
         except OSError:
@@ -286,20 +287,19 @@ class ProcSource:
         chosen = set(roles) | gpu_set
         # Once rates exist, idle processes are not "top CPU consumers": they would
         # only pad the table.
-        others = sorted(
-            (p for p in stats if p not in chosen and (dt is None or cpu_pct[p] > 0)),
-            key=lambda p: cpu_pct[p],
-            reverse=True,
+        chosen.update(
+            heapq.nlargest(
+                self.top_n,
+                (p for p in stats if p not in chosen and (dt is None or cpu_pct[p] > 0)),
+                key=cpu_pct.__getitem__,
+            )
         )
-        chosen.update(others[: self.top_n])
 
         out: list[ProcessSample] = []
         for pid in chosen:
             st = stats[pid]
             role, trainer = roles.get(pid, ("other", None))
-            out.extend(
-                self._detail(st, role, trainer, cpu_pct[pid], now, dt, gpu_of.get(pid), probe)
-            )
+            out.extend(self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe))
 
         # Forget processes that are gone; keep cheap per-process state for the rest.
         seen_keys = set()
@@ -308,14 +308,11 @@ class ProcSource:
             seen_keys.add(key)
             prev = self._prev.get(key)
             if prev is None:
-                self._prev[key] = _ProcPrev(st.ticks, now, last_seen=now)
+                self._prev[key] = _ProcPrev(st.ticks)
             else:
                 prev.ticks = st.ticks
-                prev.t = now
-                prev.last_seen = now
         for key in [k for k in self._prev if k not in seen_keys]:
             del self._prev[key]
-            self._cmdlines.pop(key, None)
         for key in [k for k in self._cmdlines if k not in seen_keys]:
             del self._cmdlines[key]
         out.sort(key=lambda p: p.pid)
@@ -327,7 +324,6 @@ class ProcSource:
         role: str,
         trainer: int | None,
         cpu: float,
-        now: float,
         dt: float | None,
         gpu: tuple[tuple[int, ...], int | None, float | None] | None,
         probe: ProbeReading | None,
@@ -336,7 +332,7 @@ class ProcSource:
         key = (st.pid, st.start)
         prev = self._prev.get(key)
         if prev is None:
-            prev = self._prev[key] = _ProcPrev(st.ticks, now, last_seen=now)
+            prev = self._prev[key] = _ProcPrev(st.ticks)
         had_threads = prev.detailed
         base = f"{self.root}/{st.pid}/task"
         try:
@@ -382,7 +378,7 @@ class ProcSource:
                 pdt = probe.dt_ns or 1
                 t_off = min(100.0, 100.0 * (pt.runq_ns + pt.blocked_ns) / pdt)
                 t_runq = min(100.0, 100.0 * pt.runq_ns / pdt)
-            if tid == st.pid:
+            if tid == st.pid:  # the contract's off-CPU and run-queue share: the main thread's
                 main_off, main_runq = t_off, t_runq
             ts = ThreadSample(
                 tid=tid,
@@ -414,8 +410,6 @@ class ProcSource:
             pdt = probe.dt_ns or 1
             m = probe.per_tid.get(st.pid)
             if m is not None:
-                main_off = min(100.0, 100.0 * (m.runq_ns + m.blocked_ns) / pdt)
-                main_runq = min(100.0, 100.0 * m.runq_ns / pdt)
                 blocked = round(min(100.0, 100.0 * m.blocked_ns / pdt), 2)
             g: TaskSched | None = probe.per_tgid.get(st.pid)
             if g is not None:
@@ -427,7 +421,9 @@ class ProcSource:
             role, trainer = "trainer", st.pid
         gpus, gmem, gsm = gpu if gpu is not None else ((), None, None)
         cmd = self.cmdline(st.pid, st.start) or f"[{st.comm}]"
-        user = self._user(st.pid)
+        if prev.user is None:
+            prev.user = self._user(st.pid)
+        user = prev.user
         proc = ProcessSample(
             pid=st.pid,
             ppid=st.ppid,
