@@ -94,6 +94,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--procs", type=int, default=50)
     ap.add_argument("--size", default="120x40")
+    ap.add_argument("--no-bpf", action="store_true", help="live/demo: run gputop with --no-bpf")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -110,6 +111,8 @@ def main() -> int:
         inner = f"{py} -m gputop --interval {args.interval} --top {args.procs}"
         if args.mode == "demo":
             inner += f" --demo {shlex.quote(args.demo)}"
+        if args.no_bpf:
+            inner += " --no-bpf"
     env = "TERM=xterm-256color"
     subprocess.run(["tmux", "kill-session", "-t", SESSION], capture_output=True, check=False)
     started = time.monotonic()
