@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
@@ -47,7 +48,8 @@ class Sampler:
         self.diagnoser = diagnoser
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
         self.extra_notes = notes
-        self._notes: list[str] = []
+        # Failures that recur every tick (an unreadable /proc) must not grow without bound.
+        self._notes: deque[str] = deque(maxlen=5)
         self._seq = 0
         self._last_wall: float | None = None
         self._last_cpu: tuple[float, float] | None = None
@@ -223,7 +225,7 @@ class Sampler:
             # A live probe has a reason only when something is wrong (failed map updates).
             if ps.reason and (probe_reading is None or ps.live):
                 notes.append(f"sched: {ps.reason}")
-        notes.extend(self._notes[-5:])
+        notes.extend(dict.fromkeys(self._notes))
         return Sources(
             gpu=gs.kind if gs.live else "none",
             sched="bpf" if probe_reading is not None else "procfs",

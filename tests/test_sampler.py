@@ -158,3 +158,21 @@ def test_history_pads_late_and_gone_entries_with_none(tmp_path):
     for _ in range(4):
         h.add(s.tick())
     assert h.proc_series((100, 1000), "cpu_pct") == []  # gone a whole window: dropped
+
+
+class BrokenProcs(ProcSource):
+    """A /proc source that fails every tick."""
+
+    def read(self, now, gpu_pids=(), gpu_of=None, probe=None):
+        raise OSError("proc unmounted")
+
+
+def test_a_failure_every_tick_keeps_notes_bounded(tmp_path):
+    s = Sampler(procs=BrokenProcs(str(tmp_path)))
+    for _ in range(50):
+        f = s.tick()
+    assert f.processes == ()
+    assert [n for n in f.sources.notes if "proc unmounted" in n] == [
+        "/proc read failed: OSError('proc unmounted')"
+    ]
+    assert len(s._notes) <= 5
