@@ -127,6 +127,16 @@ class ThreadSample:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemptor:
+    """A process that took the CPU from a watched process when it was preempted."""
+
+    pid: int
+    comm: str
+    share_pct: float
+    """Share of the run-queue time lost to preemptions that this process caused, 0-100."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSample:
     """One process in one tick (contract fields first, then gputop's extras)."""
 
@@ -152,6 +162,12 @@ class ProcessSample:
     longest_stall_ms: float | None = None
     offcpu_hist: tuple[int, ...] | None = None
     gpu_sm_pct: float | None = None
+    # Why the main thread was blocked, by who woke it (eBPF only; None under /proc alone).
+    wait_input_pct: float | None = None
+    wait_thread_pct: float | None = None
+    wait_irq_pct: float | None = None
+    wait_other_pct: float | None = None
+    preemptors: tuple[Preemptor, ...] | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property
@@ -262,7 +278,9 @@ def _plain(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields(obj):
         v = getattr(obj, f.name)
-        out[f.name] = list(v) if isinstance(v, tuple) else v
+        if isinstance(v, tuple):
+            v = [_plain(x) if dataclasses.is_dataclass(x) else x for x in v]
+        out[f.name] = v
     return out
 
 
