@@ -19,9 +19,7 @@ from typing import Any, ClassVar, Protocol
 from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Grid
 from textual.message import Message
-from textual.widgets import Footer
 
 from gputop.config import Config, load_config
 from gputop.errors import UsageError
@@ -32,14 +30,15 @@ from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen
-from gputop.widgets.banner import VerdictBanner
 from gputop.widgets.filter_input import FilterInput
-from gputop.widgets.gpu_panel import GpuPanel
+from gputop.widgets.gpu_area import GpuArea
+from gputop.widgets.host_header import HostHeader, header_rows
+from gputop.widgets.key_footer import KeyFooter
 from gputop.widgets.process_table import COLUMN_KEYS, COLUMNS, ProcessTable
 from gputop.widgets.status_line import StatusInfo, StatusLine
+from gputop.widgets.verdict_panel import VerdictPanel
 
 HISTORY_WINDOW_S = 600.0
-GPU_PANEL_MIN_W = 38
 FEED_CHECK_S = 5.0
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
@@ -131,14 +130,13 @@ def _send_signal(p: ProcessSample, sig: int) -> str:
 
 
 class GputopApp(App[int]):
-    """The main screen: verdict banner, one panel per GPU, process table, status line."""
+    """The main screen: host header, verdict panel, GPUs, process table, status line."""
 
     TITLE = "gputop"
     # Every action has a key; the palette's footer hint would push "q Quit" off an 80-column footer.
     ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
-    #gpus { height: auto; max-height: 50%; grid-gutter: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "help", "Help", id="help"),
@@ -151,6 +149,9 @@ class GputopApp(App[int]):
         Binding("p", "pause", "Pause", id="pause"),
         Binding("s", "snapshot", "Snap", id="snapshot"),
         Binding("k", "kill", "Kill", id="kill"),
+        Binding("v", "verdict", "Verdict", show=False, id="verdict"),
+        Binding("c", "copy_fixes", "Copy fixes", show=False, id="copy_fixes"),
+        Binding("g", "gpu_mode", "GPU view", show=False, id="gpu_mode"),
         Binding("q,f10", "quit", "Quit", id="quit"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="back"),
         Binding("left", "scrub(-1)", "Earlier", show=False, priority=True, id="scrub_back"),
@@ -168,6 +169,9 @@ class GputopApp(App[int]):
         "pause": "freeze the display (sampling continues)",
         "snapshot": "write a snapshot bundle with a screenshot",
         "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
+        "verdict": "expand the verdict panel to every evidence line and fix, or fold it",
+        "copy_fixes": "copy the verdict's fixes to the clipboard (OSC 52; also selectable)",
+        "gpu_mode": "GPU panels or one line per GPU (chosen by size until pressed)",
         "quit": "quit",
         "back": "clear the filter / leave a screen",
         "scrub_back": "replay: one frame earlier",
@@ -196,8 +200,6 @@ class GputopApp(App[int]):
         self._inbox: deque[Frame] = deque()
         self._inbox_lock = threading.Lock()
         self._wake_pending = False
-        self._gpu_ids: tuple[str | None, ...] = ()
-        self._panels: list[GpuPanel] = []
         self._feed_failed = False
         if self.config.keys:
             known = {b.id for b in self._bindings_list() if b.id}
@@ -220,15 +222,17 @@ class GputopApp(App[int]):
     # ---- layout ---------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield VerdictBanner(id="banner")
-        yield Grid(id="gpus")
+        yield HostHeader(id="host")
+        yield VerdictPanel(id="verdict")
+        yield GpuArea(id="gpus")
         yield ProcessTable(id="procs")
         yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
         yield StatusLine(id="status")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
+        self._fit(self.size.width, self.size.height)
         self._status()
         self.feed.start(self)
         if self.feed.live:
@@ -250,7 +254,15 @@ class GputopApp(App[int]):
         self.feed.stop()
 
     def on_resize(self, event: events.Resize) -> None:
-        self._layout_gpus(event.size.width)
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        """Share the rows out: header, verdict and GPUs get a budget, the table the rest."""
+        rows = header_rows(width, height)
+        self.query_one(HostHeader).fit(rows)
+        folded = 3 if height < 24 else 4 if height < 30 else 5 if height < 50 else 8
+        self.query_one(VerdictPanel).fit(folded, max(folded, height - 8))
+        self.query_one(GpuArea).fit(width, max(2, int(height * 0.3)))
 
     @property
     def table(self) -> ProcessTable:
@@ -302,41 +314,16 @@ class GputopApp(App[int]):
         """Show the newest frame in the history on every widget (and the open drill-down)."""
         frame = self.history.last
         if frame is not None:
-            self.query_one(VerdictBanner).show(frame.verdicts, has_gpus=bool(frame.gpus))
-            self._show_gpus(frame)
-            self.table.show(frame.processes)
+            self.query_one(HostHeader).show(frame.host, frame.processes)
+            self.query_one(VerdictPanel).show(
+                frame.verdicts, self.history.frames, has_gpus=bool(frame.gpus)
+            )
+            self.query_one(GpuArea).show(frame, self.history)
+            self.table.show(frame.processes, self.history.preempt_base)
         self._status()
         if isinstance(self.screen, ProcessScreen):
             self.screen.history = self.history
             self.screen.refresh_from_history()
-
-    def _show_gpus(self, frame: Frame) -> None:
-        ids: tuple[str | None, ...] = tuple(g.uuid for g in frame.gpus) or (None,)
-        if ids != self._gpu_ids:
-            self._gpu_ids = ids
-            self._panels = [GpuPanel(uuid) for uuid in ids]
-            grid = self.query_one("#gpus", Grid)
-            grid.remove_children()
-            grid.mount_all(self._panels)
-            self._layout_gpus(self.size.width)
-        panels = self._panels
-        if not frame.gpus:
-            reason = next((n for n in frame.sources.notes if n.startswith("gpu")), "")
-            panels[0].show(None, {}, reason.removeprefix("gpu: "))
-            return
-        for panel, gpu in zip(panels, frame.gpus, strict=False):
-            series = {
-                m: self.history.gpu_series(gpu.uuid, m) for m in ("util", "sm_active", "power_pct")
-            }
-            panel.show(gpu, series)
-
-    def _layout_gpus(self, width: int) -> None:
-        n = max(1, len(self._gpu_ids))
-        cols = max(1, min(n, width // GPU_PANEL_MIN_W))
-        grid = self.query_one("#gpus", Grid)
-        grid.styles.grid_size_columns = cols
-        grid.styles.grid_size_rows = -(-n // cols)
-        grid.styles.grid_rows = "3" if self._gpu_ids == (None,) else "5"
 
     def _status(self) -> None:
         col = next(c for c in COLUMNS if c.key == self.table.sort_key)
@@ -377,6 +364,21 @@ class GputopApp(App[int]):
             ("Enter", "open the selected process (Esc returns)"),
         ]
         return out
+
+    def action_verdict(self) -> None:
+        self.query_one(VerdictPanel).toggle()
+
+    def action_copy_fixes(self) -> None:
+        fixes = self.query_one(VerdictPanel).fixes()
+        if not fixes:
+            self.notify("no fixes to copy", severity="warning")
+            return
+        self.copy_to_clipboard("\n".join(fixes) + "\n")
+        n = len(fixes)
+        self.notify(f"copied {n} fix{'es' if n != 1 else ''} to the clipboard", markup=False)
+
+    def action_gpu_mode(self) -> None:
+        self.query_one(GpuArea).toggle()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

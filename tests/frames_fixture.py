@@ -25,6 +25,7 @@ T0 = 1763769600.0
 STARVING_TRAINER_PID = 3821
 OTHER_TRAINER_PID = 4100
 WORKER_PIDS = (3850, 3851, 3852, 3853)
+JOB_CPUS = (0, 1, 2, 3)
 
 
 def _wave(i: int, period: float, lo: float, hi: float, phase: float = 0.0) -> float:
@@ -103,6 +104,7 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
             longest_stall_ms=48.3,
             offcpu_hist=_HIST,
             gpu_sm_pct=12.0,
+            cpus_allowed=JOB_CPUS,
             threads=_threads(STARVING_TRAINER_PID, i),
         )
     ]
@@ -123,6 +125,7 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
                 vcsw_per_s=10.0,
                 start_time=1010 + k,
                 user="alice",
+                cpus_allowed=JOB_CPUS,
             )
         )
     out.append(
@@ -143,6 +146,7 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
             gpu_mem_mib=8800,
             start_time=2000,
             user="bob",
+            cpus_allowed=tuple(range(8)),
         )
     )
     out.append(
@@ -209,6 +213,24 @@ _UNKNOWN = Verdict(
 )
 
 
+def _host(i: int) -> HostSample:
+    # CPUs 0-3 carry the trainer and its workers, 4-7 the CPU hogs: all of them busy.
+    per_cpu = tuple(_wave(i + 3 * c, 13 + c, 70.0 if c < 4 else 88.0, 99.0) for c in range(8))
+    return HostSample(
+        cpu_pct=round(sum(per_cpu) / len(per_cpu), 1),
+        ncpu=8,
+        load1=12.3,
+        load5=11.8,
+        load15=9.4,
+        psi_cpu_some=41.0,
+        psi_cpu_full=6.5,
+        per_cpu_pct=per_cpu,
+        mem_used_mib=41200,
+        mem_total_mib=64300,
+        procs_running=13,
+    )
+
+
 def make_frame(
     i: int,
     *,
@@ -227,7 +249,7 @@ def make_frame(
             sched="bpf",
             notes=() if gpus else ("gpu: NVML library not found (libnvidia-ml.so.1)",),
         ),
-        host=HostSample(cpu_pct=_wave(i, 20, 85.0, 97.0), ncpu=8, load1=12.3, psi_cpu_some=41.0),
+        host=_host(i),
         gpus=_gpus(i) if gpus else (),
         processes=_processes(i, n_procs),
         verdicts=(_STARVING, _UNKNOWN) if verdicts and gpus else (),

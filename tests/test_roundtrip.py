@@ -14,7 +14,7 @@ from frames_fixture import make_frames
 from gputop.app import GputopApp, ReplayFeed, _replay_feed
 from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
-from gputop.widgets.banner import VerdictBanner
+from gputop.widgets.verdict_panel import VerdictPanel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
     async def run() -> None:
         async with app.run_test(size=size) as pilot:
             await pilot.pause()
-            out.append(app.query_one(VerdictBanner).state)
+            out.append(app.query_one(VerdictPanel).state)
             out.append(app.export_screenshot())
 
     asyncio.run(run())

@@ -168,6 +168,8 @@ class ProcessSample:
     wait_irq_pct: float | None = None
     wait_other_pct: float | None = None
     preemptors: tuple[Preemptor, ...] | None = None
+    # CPUs the process may run on (Cpus_allowed_list); read for watched processes only.
+    cpus_allowed: tuple[int, ...] | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from gputop.model.frame import HostSample, ProcessSample, SourceStatus, ThreadSample
 from gputop.model.roles import assign_roles, thread_role_from_comm
+from gputop.sources.affinity import read_cpus_allowed
 from gputop.sources.base import ProbeReading, TaskSched
 
 _PF_KTHREAD = 0x00200000
@@ -447,6 +448,7 @@ class ProcSource:
             longest_stall_ms=longest,
             offcpu_hist=hist,
             gpu_sm_pct=gsm,
+            cpus_allowed=read_cpus_allowed(self.root, st.pid) if role != "other" or gpus else None,
             threads=tuple(threads),
         )
         out = [proc]
