@@ -20,6 +20,7 @@ from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.widgets import Input
 
 from gputop.config import Config, load_config
 from gputop.errors import UsageError
@@ -31,6 +32,7 @@ from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen
 from gputop.widgets.filter_input import FilterInput
+from gputop.widgets.find_bar import FindBar, SearchInput
 from gputop.widgets.gpu_area import GpuArea
 from gputop.widgets.host_header import HostHeader, header_rows
 from gputop.widgets.key_footer import KeyFooter
@@ -40,9 +42,15 @@ from gputop.widgets.verdict_panel import VerdictPanel
 
 HISTORY_WINDOW_S = 600.0
 FEED_CHECK_S = 5.0
+# What the help says of the drill-down's own keys (read from its BINDINGS).
+DRILL_DOWN_HELP = {
+    "stack": "dump the Python stack again (py-spy dump)",
+    "app.kill": "kill this process (after confirmation)",
+    "app.pop_screen": "back to the main screen",
+}
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
-    {"filter", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub"}
+    {"filter", "search", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub"}
 )
 
 
@@ -140,7 +148,9 @@ class GputopApp(App[int]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "help", "Help", id="help"),
-        Binding("slash", "filter", "Filter", id="filter"),
+        Binding("slash,f4", "filter", "Filter", id="filter"),
+        Binding("f3", "search(1)", "Search", id="search"),
+        Binding("shift+f3", "search(-1)", "Search back", show=False, id="search_back"),
         Binding("f6", "sort_menu", "Sort", id="sort"),
         Binding("less_than_sign", "sort_step(-1)", "Sort col ←", show=False, id="sort_prev"),
         Binding("greater_than_sign", "sort_step(1)", "Sort col →", show=False, id="sort_next"),
@@ -161,6 +171,8 @@ class GputopApp(App[int]):
     KEY_HELP: ClassVar[dict[str, str]] = {
         "help": "this help",
         "filter": "filter processes (pid, user, role, command); Enter keeps it, Esc clears",
+        "search": "search: jump to the next matching process (rows stay); F3 again for the next",
+        "search_back": "search: jump to the previous match",
         "sort": "choose the sort column",
         "sort_prev": "sort by the column to the left",
         "sort_next": "sort by the column to the right",
@@ -226,7 +238,18 @@ class GputopApp(App[int]):
         yield VerdictPanel(id="verdict")
         yield GpuArea(id="gpus")
         yield ProcessTable(id="procs")
-        yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
+        yield FindBar(
+            "Filter",
+            "Enter keep · Esc clear",
+            FilterInput(placeholder="pid, user, role or command", id="filter"),
+            id="filterbar",
+        )
+        yield FindBar(
+            "Search",
+            "F3 next · Enter done · Esc close",
+            SearchInput(placeholder="pid, user, role or command", id="search"),
+            id="searchbar",
+        )
         yield StatusLine(id="status")
         yield KeyFooter()
 
@@ -349,7 +372,7 @@ class GputopApp(App[int]):
             return False
         if action == "scrub":
             # Without a timeline, or while typing a filter, ← → are not for scrubbing.
-            return bool(self.timeline) and not isinstance(self.focused, FilterInput)
+            return bool(self.timeline) and not isinstance(self.focused, Input)
         return True
 
     def key_help(self) -> list[tuple[str, str]]:
@@ -361,8 +384,15 @@ class GputopApp(App[int]):
             out.append((shown, self.KEY_HELP.get(b.id or "", b.description)))
         out[1:1] = [
             ("↑ ↓ PgUp PgDn", "move the selection"),
+            ("← →, shift+← →", "scroll the COMMAND column (in a replay ← → scrub; shift scrolls)"),
             ("Enter", "open the selected process (Esc returns)"),
+            ("click", "a header sorts by it; the verdict's title expands it"),
         ]
+        for pb in ProcessScreen.BINDINGS:
+            if isinstance(pb, Binding):
+                keys = ", ".join(self.get_key_display(Binding(k, "")) for k in pb.key.split(","))
+                what = DRILL_DOWN_HELP.get(pb.action, pb.description)
+                out.append((f"drill-down {keys}", what))
         return out
 
     def action_verdict(self) -> None:
@@ -386,29 +416,51 @@ class GputopApp(App[int]):
 
     def action_filter(self) -> None:
         box = self.query_one(FilterInput)
-        box.add_class("-active")
+        self.query_one("#filterbar").add_class("-active")
         box.focus()
 
-    @on(FilterInput.Changed)
+    @on(FilterInput.Changed, "#filter")
     def _filter_changed(self, event: FilterInput.Changed) -> None:
         self.table.set_view(needle=event.value)
         self._status()
 
-    @on(FilterInput.Submitted)
+    @on(FilterInput.Submitted, "#filter")
     def _filter_done(self) -> None:
         box = self.query_one(FilterInput)
         if not box.value:
-            box.remove_class("-active")
+            self.query_one("#filterbar").remove_class("-active")
         self.table.focus()
 
     @on(FilterInput.Cancelled)
     def _filter_cancelled(self) -> None:
         box = self.query_one(FilterInput)
         box.value = ""
-        box.remove_class("-active")
+        self.query_one("#filterbar").remove_class("-active")
         self.table.set_view(needle="")
         self.table.focus()
         self._status()
+
+    def action_search(self, step: int) -> None:
+        bar = self.query_one("#searchbar", FindBar)
+        if bar.has_class("-active") and bar.box.value:
+            self._find(bar.box.value, step)
+            return
+        bar.add_class("-active")
+        bar.box.focus()
+
+    def _find(self, needle: str, step: int) -> None:
+        found = self.table.find(needle, step)
+        self.query_one("#searchbar").set_class(bool(needle) and not found, "-nomatch")
+
+    @on(SearchInput.Changed, "#search")
+    def _search_changed(self, event: SearchInput.Changed) -> None:
+        self._find(event.value, 0)
+
+    @on(SearchInput.Submitted, "#search")
+    @on(SearchInput.Closed)
+    def _search_done(self) -> None:
+        self.query_one("#searchbar").remove_class("-active")
+        self.table.focus()
 
     def action_clear_filter(self) -> None:
         if self.table.needle:

@@ -32,7 +32,22 @@ def _wave(i: int, period: float, lo: float, hi: float, phase: float = 0.0) -> fl
     return round(lo + (hi - lo) * (0.5 + 0.5 * math.sin(2 * math.pi * i / period + phase)), 1)
 
 
-def _gpus(i: int) -> tuple[GpuSample, ...]:
+def _extra_gpu(i: int, index: int) -> GpuSample:
+    # GPUs 2.. of a bigger box: each its own phase, so lines differ.
+    return GpuSample(
+        index=index,
+        uuid=f"GPU-{index:08d}-2222-2222-2222-222222222222",
+        name="NVIDIA H100 80GB HBM3",
+        util=_wave(i, 10 + index, 60.0, 99.0, phase=index),
+        sm_active=_wave(i, 12 + index, 20.0, 80.0, phase=index),
+        power_w=_wave(i, 14, 300.0, 650.0, phase=index),
+        power_limit_w=700.0,
+        mem_used_mib=40000 + 1000 * index,
+        mem_total_mib=81559,
+    )
+
+
+def _gpus(i: int, n_gpus: int = 2) -> tuple[GpuSample, ...]:
     return (
         GpuSample(
             index=0,
@@ -59,6 +74,7 @@ def _gpus(i: int) -> tuple[GpuSample, ...]:
             mem_total_mib=23028,
             throttle=(),
         ),
+        *(_extra_gpu(i, k) for k in range(2, n_gpus)),
     )
 
 
@@ -231,12 +247,36 @@ def _host(i: int) -> HostSample:
     )
 
 
+# The whole verdict the diagnosis gives on a starving box: four evidence lines, four fixes.
+LONG_STARVING = Verdict(
+    gpu=0,
+    state="busy_but_starving",
+    evidence=(
+        "GPU_UTIL 96% but SM active 12%: train.py off-CPU 52% of the last 10 s, "
+        "30% waiting in the run queue",
+        "DataLoader workers preempted 75/s each, 31% of their time runnable but not running",
+        "CPU pressure (PSI some) 41% over 10 s; load 12.3 on 8 CPUs",
+        "stress-ng (pid 5028) took 38% of the trainer's lost CPU time",
+    ),
+    fixes=(
+        "renice -n 10 -p 5028 5070 5000 (the CPU hogs) so the trainer and its workers win the CPUs",
+        "taskset -a -cp 0-3 3821 3850 3851 3852 3853 and keep other work on CPUs 4-7",
+        "lower num_workers from 4 to 2 so the workers stop competing with the trainer",
+        "move the stress-ng jobs to another host",
+    ),
+    efficiency=0.12,
+)
+
+
 def make_frame(
     i: int,
     *,
     n_procs: int = 12,
     verdicts: bool = True,
     gpus: bool = True,
+    n_gpus: int = 2,
+    long_verdict: bool = False,
+    starving_from: int = 0,
 ) -> Frame:
     """Frame number ``i`` (0-based) of the fixture, at T0 + i seconds."""
     return Frame(
@@ -250,17 +290,21 @@ def make_frame(
             notes=() if gpus else ("gpu: NVML library not found (libnvidia-ml.so.1)",),
         ),
         host=_host(i),
-        gpus=_gpus(i) if gpus else (),
+        gpus=_gpus(i, n_gpus) if gpus else (),
         processes=_processes(i, n_procs),
-        verdicts=(_STARVING, _UNKNOWN) if verdicts and gpus else (),
+        verdicts=_verdicts(i, long_verdict, starving_from) if verdicts and gpus else (),
     )
 
 
-def make_frames(
-    n: int = 60, *, n_procs: int = 12, verdicts: bool = True, gpus: bool = True
-) -> list[Frame]:
-    """``n`` consecutive fixture frames, oldest first."""
-    return [make_frame(i, n_procs=n_procs, verdicts=verdicts, gpus=gpus) for i in range(n)]
+def _verdicts(i: int, long_verdict: bool, starving_from: int) -> tuple[Verdict, ...]:
+    if i < starving_from:
+        return (Verdict(gpu=0, state="ok", evidence=("SM active tracks GPU_UTIL",)), _UNKNOWN)
+    return (LONG_STARVING if long_verdict else _STARVING, _UNKNOWN)
+
+
+def make_frames(n: int = 60, **kw: Any) -> list[Frame]:
+    """``n`` consecutive fixture frames, oldest first (keywords as for ``make_frame``)."""
+    return [make_frame(i, **kw) for i in range(n)]
 
 
 class PushFeed:

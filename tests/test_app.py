@@ -32,11 +32,11 @@ from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen, histogram_lines, pyspy_dump
 from gputop.screens.sort import SortScreen
-from gputop.widgets.verdict_panel import VerdictPanel
 from gputop.widgets.gpu_panel import GpuPanel
 from gputop.widgets.process_table import ProcessTable, arrange
 from gputop.widgets.sparkline import sparkline
 from gputop.widgets.status_line import StatusLine
+from gputop.widgets.verdict_panel import VerdictPanel
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 

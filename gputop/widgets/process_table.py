@@ -505,6 +505,20 @@ class ProcessTable(ScrollView, can_focus=True):
     def action_page(self, step: int) -> None:
         self._move_to(self.cursor_row + step * max(1, self.size.height - 2))
 
+    def find(self, needle: str, step: int = 1) -> bool:
+        """htop's F3: move to the next (``step`` 1), previous (-1) or first from here (0)
+        row matching ``needle``, wrapping around; False when no row matches."""
+        n = len(self._order)
+        if not needle or n == 0:
+            return False
+        direction = -1 if step < 0 else 1
+        for i in range(n):
+            index = (self.cursor_row + step + direction * i) % n
+            if matches(self._by_key[self._order[index]], needle):
+                self._move_to(index)
+                return True
+        return False
+
     def action_hscroll(self, step: int) -> None:
         """Scroll the COMMAND column sideways to read long command lines."""
         longest = max(
