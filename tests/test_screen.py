@@ -8,13 +8,11 @@ nvidia-ml-py from the fake libnvidia-ml.so.1.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,16 +46,6 @@ STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 SIZES = ((60, 20), (80, 24), (120, 40), (200, 60))
 
 
-def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    """Run an async Pilot test in its own event loop."""
-
-    @functools.wraps(test)
-    def run(*args: object, **kwargs: object) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run
-
-
 def replay_app(n: int = 60, **kw: object) -> GputopApp:
     return GputopApp(ReplayFeed(make_frames(n, **kw)))
 
@@ -65,7 +53,6 @@ def replay_app(n: int = 60, **kw: object) -> GputopApp:
 # ---- 1. the host header --------------------------------------------------------
 
 
-@sync
 async def test_header_shows_every_cpu_memory_load_psi_and_the_jobs_cpus_at_120x40() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -84,7 +71,6 @@ async def test_header_shows_every_cpu_memory_load_psi_and_the_jobs_cpus_at_120x4
         assert header.size.height == len(header.lines) > 1
 
 
-@sync
 async def test_header_folds_to_one_line_at_80x24_and_60x20() -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -166,7 +152,6 @@ def test_cpus_allowed_is_read_from_the_kernel_for_a_pinned_process() -> None:
 # ---- 2. the verdict panel --------------------------------------------------------
 
 
-@sync
 async def test_verdict_folds_with_a_count_then_v_shows_every_evidence_line_and_fix() -> None:
     app = replay_app(long_verdict=True)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -192,7 +177,6 @@ async def test_verdict_folds_with_a_count_then_v_shows_every_evidence_line_and_f
         assert not panel.fits
 
 
-@sync
 async def test_a_click_on_the_verdict_title_expands_and_folds_it() -> None:
     app = replay_app(long_verdict=True)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -207,7 +191,6 @@ async def test_a_click_on_the_verdict_title_expands_and_folds_it() -> None:
         assert not panel.expanded and panel.size.height == folded_h
 
 
-@sync
 async def test_c_copies_every_fix_as_text() -> None:
     app = replay_app(long_verdict=True)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -217,7 +200,6 @@ async def test_c_copies_every_fix_as_text() -> None:
         assert app.clipboard == "\n".join(LONG_STARVING.fixes) + "\n"
 
 
-@sync
 async def test_the_verdict_text_is_selectable() -> None:
     app = replay_app(long_verdict=True)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -232,7 +214,6 @@ async def test_the_verdict_text_is_selectable() -> None:
         assert LONG_STARVING.fixes[0][:40] in selected
 
 
-@sync
 async def test_history_strip_shows_when_the_starving_began() -> None:
     app = replay_app(60, starving_from=40)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -252,7 +233,6 @@ def _line(widget: Any, y: int = 0) -> str:
     return "".join(seg.text for seg in widget.render_line(y))
 
 
-@sync
 async def test_the_typed_filter_is_readable_in_place_and_stays_after_enter() -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -276,7 +256,6 @@ async def test_the_typed_filter_is_readable_in_place_and_stays_after_enter() -> 
         assert app.table.needle == "finetune"
 
 
-@sync
 async def test_f3_search_jumps_to_matches_without_hiding_rows() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -310,7 +289,6 @@ async def test_f3_search_jumps_to_matches_without_hiding_rows() -> None:
 # ---- 5. any terminal size ------------------------------------------------------
 
 
-@sync
 async def test_every_size_keeps_command_quit_and_the_sorted_columns_readable() -> None:
     app = replay_app(n_procs=30)
     async with app.run_test(size=(200, 60)) as pilot:
@@ -330,7 +308,6 @@ async def test_every_size_keeps_command_quit_and_the_sorted_columns_readable() -
                 assert "user" in shown and "pretotal" in shown
 
 
-@sync
 async def test_left_right_scroll_the_command_column_live() -> None:
     feed = PushFeed()
     app = GputopApp(feed)  # type: ignore[arg-type]
@@ -354,7 +331,6 @@ def test_sparkline_draws_nan_and_infinity_as_gaps() -> None:
     assert line == MISSING * 3 + "▅" + MISSING
 
 
-@sync
 async def test_nan_and_inf_readings_render_as_gaps_and_never_raise() -> None:
     feed = PushFeed()
     app = GputopApp(feed)  # type: ignore[arg-type]
@@ -377,7 +353,6 @@ async def test_nan_and_inf_readings_render_as_gaps_and_never_raise() -> None:
 # ---- 6. preemption totals ------------------------------------------------------
 
 
-@sync
 async def test_table_and_drilldown_show_preemptions_since_watching_and_since_start() -> None:
     frames = make_frames(60)
     app = GputopApp(ReplayFeed(frames))
@@ -399,7 +374,6 @@ async def test_table_and_drilldown_show_preemptions_since_watching_and_since_sta
         assert f"{last.preempt_total:,} since the process started" in head
 
 
-@sync
 async def test_sorting_by_pre_orders_by_preemptions_since_watching() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -416,7 +390,6 @@ async def test_sorting_by_pre_orders_by_preemptions_since_watching() -> None:
         assert values == sorted(values, reverse=True) and values[0] > 0
 
 
-@sync
 async def test_help_lists_every_key_including_the_drilldowns_y() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -434,7 +407,6 @@ async def test_help_lists_every_key_including_the_drilldowns_y() -> None:
 # ---- 7. the GPU panel at scale ---------------------------------------------------
 
 
-@sync
 async def test_eight_gpus_at_120x40_get_one_readable_line_each_and_g_switches() -> None:
     app = replay_app(n_gpus=8)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -456,7 +428,6 @@ async def test_eight_gpus_at_120x40_get_one_readable_line_each_and_g_switches() 
         assert area.compact
 
 
-@sync
 async def test_two_gpus_keep_their_panels_and_200x60_fits_eight_panels() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
