@@ -66,8 +66,8 @@ async def test_header_shows_every_cpu_memory_load_psi_and_the_jobs_cpus_at_120x4
         assert "Mem[" in text and "40.2G/62.8G" in text
         assert "Load 12.30 11.80 9.40" in text
         assert "PSI some 41.0% full 6.5%" in text
-        assert f"3821 → CPUs {format_cpu_list(JOB_CPUS)} (4 of 8)" in text
-        assert "4100 → all 8 CPUs" in text
+        assert f"CPUs {format_cpu_list(JOB_CPUS)} (4 of 8) (pid 3821)" in text
+        assert "all 8 CPUs (pid 4100)" in text
         assert header.size.height == len(header.lines) > 1
 
 

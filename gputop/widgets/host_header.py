@@ -255,20 +255,25 @@ class HostHeader(LineWidget):
         if not compact and host.procs_running:
             items.append([("Run ", "host-header--label"), (str(host.procs_running), "")])
         if self.jobs:
+            # Jobs that may run on the same CPUs share one entry.
+            by_set: dict[tuple[int, ...], list[int]] = {}
+            for pid, cpus in self.jobs:
+                by_set.setdefault(cpus, []).append(pid)
             jobs: Line = [("jobs " if compact else "jobs may run on ", "host-header--label")]
-            for k, (pid, cpus) in enumerate(self.jobs):
+            for k, (cpus, pids) in enumerate(by_set.items()):
+                everywhere = len(cpus) >= host.ncpu
+                if compact:
+                    where = "all" if everywhere else format_cpu_list(cpus)
+                    jobs.append(((" " if k else "") + where + ":", ""))
+                    jobs.append((",".join(map(str, pids)), "host-header--muted"))
+                    continue
                 where = (
-                    ("all" if len(cpus) >= host.ncpu else format_cpu_list(cpus))
-                    if compact
-                    else (
-                        f"all {host.ncpu} CPUs"
-                        if len(cpus) >= host.ncpu
-                        else f"CPUs {format_cpu_list(cpus)} ({len(cpus)} of {host.ncpu})"
-                    )
+                    f"all {host.ncpu} CPUs"
+                    if everywhere
+                    else f"CPUs {format_cpu_list(cpus)} ({len(cpus)} of {host.ncpu})"
                 )
-                sep = " " if compact else " · "
-                jobs.append(((sep if k else "") + f"{pid}", "host-header--muted"))
-                jobs.append(((":" if compact else " → ") + where, ""))
+                jobs.append(((" · " if k else "") + where, ""))
+                jobs.append((f" (pid {', '.join(map(str, pids))})", "host-header--muted"))
             items.append(jobs)
         return items
 
