@@ -33,18 +33,30 @@ HOG = "import os\nwhile True: pass"
 # name: (loop config, CPU hogs)
 EXPERIMENTS: dict[str, tuple[dict[str, object], int]] = {
     # The issue's case: 2 workers at ~32 ms CPU per batch, a 20 ms sleeping step, 4 hogs.
-    "starve-input": ({"workers": 2, "item_cpu_ms": 4, "batch_size": 8, "step_ms": 20,
-                      "step": "sleep"}, 4),
-    "starve-spin": ({"workers": 2, "item_cpu_ms": 0.5, "batch_size": 8, "step_ms": 20,
-                     "step": "spin"}, 4),
-    "loaded-fed": ({"workers": 2, "item_cpu_ms": 0.25, "batch_size": 8, "step_ms": 20,
-                    "step": "sleep"}, 4),
-    "gpu-side": ({"workers": 2, "item_cpu_ms": 0.25, "batch_size": 8, "step_ms": 20,
-                  "step": "sleep"}, 0),
-    "input-bound": ({"workers": 1, "item_cpu_ms": 5, "batch_size": 8, "step_ms": 20,
-                     "step": "sleep"}, 0),
-    "nw0-contended": ({"workers": 0, "item_cpu_ms": 2, "batch_size": 8, "step_ms": 20,
-                       "step": "sleep"}, 4),
+    "starve-input": (
+        {"workers": 2, "item_cpu_ms": 4, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        4,
+    ),
+    "starve-spin": (
+        {"workers": 2, "item_cpu_ms": 0.5, "batch_size": 8, "step_ms": 20, "step": "spin"},
+        4,
+    ),
+    "loaded-fed": (
+        {"workers": 2, "item_cpu_ms": 0.25, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        4,
+    ),
+    "gpu-side": (
+        {"workers": 2, "item_cpu_ms": 0.25, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        0,
+    ),
+    "input-bound": (
+        {"workers": 1, "item_cpu_ms": 5, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        0,
+    ),
+    "nw0-contended": (
+        {"workers": 0, "item_cpu_ms": 2, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        4,
+    ),
 }
 
 
@@ -63,15 +75,36 @@ def run(name: str, seconds: float, bpf: bool, tmp: Path) -> None:
         try:
             fake = FakeNvml(
                 tmp / f"nvml-{name}",
-                [FakeGpu(util=[97], sm_util=[10], power_w=[150],
-                         processes=[FakeProc(pid=loop.pid, mem_mib=1000, sm_pct=10)])],
+                [
+                    FakeGpu(
+                        util=[97],
+                        sm_util=[10],
+                        power_w=[150],
+                        processes=[FakeProc(pid=loop.pid, mem_mib=1000, sm_pct=10)],
+                    )
+                ],
             )
-            cmd = [sys.executable, "-m", "gputop", "record", "--interval", "1",
-                   "--duration", str(seconds)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "gputop",
+                "record",
+                "--interval",
+                "1",
+                "--duration",
+                str(seconds),
+            ]
             if not bpf:
                 cmd.insert(3, "--no-bpf")
-            out = subprocess.run(cmd, cwd=ROOT, env=fake.env(), capture_output=True,
-                                 text=True, timeout=seconds + 60, check=True)
+            out = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                env=fake.env(),
+                capture_output=True,
+                text=True,
+                timeout=seconds + 60,
+                check=True,
+            )
         finally:
             for h in hogs:
                 h.kill()
@@ -80,8 +113,12 @@ def run(name: str, seconds: float, bpf: bool, tmp: Path) -> None:
     warm = frames[3:]
     tp = loop.pid
     tr = [p for f in warm for p in f["processes"] if p["pid"] == tp]
-    wk = [p for f in warm for p in f["processes"]
-          if p["trainer_pid"] == tp and p["role"] == "dataloader"]
+    wk = [
+        p
+        for f in warm
+        for p in f["processes"]
+        if p["trainer_pid"] == tp and p["role"] == "dataloader"
+    ]
     nw = max(1, int(cfg["workers"]))  # type: ignore[call-overload]
     inp, gpu = loop_share_pct(stats, warm[0]["t"] - 1, warm[-1]["t"])
     runq = _mean([p["runq_pct"] for p in tr if p["runq_pct"] is not None])
@@ -106,10 +143,14 @@ def main() -> None:
     ap.add_argument("names", nargs="*", default=list(EXPERIMENTS))
     a = ap.parse_args()
     print(f"host: {os.cpu_count()} CPUs; source: {'procfs' if a.no_bpf else 'bpf if available'}")
-    print(f"{'experiment':<14} {'loop:':>5} {'':>5} | {'trainer:':>8} {'':>5} {'':>5} {'':>5}"
-          f" | {'workers:':>8} {'':>5} {'':>2} | {'host':>5} |")
-    print(f"{'':<14} {'input':>5} {'gpu':>5} | {'off':>5} {'runq':>5} {'w_in':>5} {'w_irq':>5}"
-          f" | {'runq':>5} {'pre/s':>5} {'n':>2} | {'cpu%':>5} | verdicts")
+    print(
+        f"{'experiment':<14} {'loop:':>5} {'':>5} | {'trainer:':>8} {'':>5} {'':>5} {'':>5}"
+        f" | {'workers:':>8} {'':>5} {'':>2} | {'host':>5} |"
+    )
+    print(
+        f"{'':<14} {'input':>5} {'gpu':>5} | {'off':>5} {'runq':>5} {'w_in':>5} {'w_irq':>5}"
+        f" | {'runq':>5} {'pre/s':>5} {'n':>2} | {'cpu%':>5} | verdicts"
+    )
     with tempfile.TemporaryDirectory() as d:
         for name in a.names:
             run(name, a.seconds, not a.no_bpf, Path(d))
