@@ -64,9 +64,10 @@ def running_trainer(
 # A training loop that measures where its own time goes. argv[1] is a JSON config:
 # workers, item_cpu_ms (CPU time a worker spends per sample), batch_size, step_ms
 # (the GPU-wait stand-in), step ("sleep": a blocking sync; "spin": CUDA's default
-# spin-wait), start_method, persistent. It prints "ready" once batches flow, then
-# appends one JSON line per second to argv[2]: cumulative seconds spent inside
-# next(iterator) ("input_s") and in the stand-in ("step_s"), with perf_counter.
+# spin-wait), start_method, persistent, cpus (affinity, optional). It prints "ready"
+# once batches flow, then appends one JSON line per second to argv[2]: cumulative
+# seconds spent inside next(iterator) ("input_s") and in the stand-in ("step_s"),
+# with perf_counter.
 LOOP = """
 import json, os, sys, time
 import torch
@@ -74,6 +75,8 @@ from torch.utils.data import DataLoader, Dataset
 
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(1)
+if cfg.get("cpus"):
+    os.sched_setaffinity(0, cfg["cpus"])  # the workers inherit it
 
 def burn(ms):
     end = time.thread_time() + ms / 1000.0
