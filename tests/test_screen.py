@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,10 +27,10 @@ from frames_fixture import (
 from textual.widgets import Label
 
 from gputop.app import GputopApp, ReplayFeed
+from gputop.model.fixes import cpu_list as format_cpu_list
 from gputop.model.frame import Frame, HostSample
 from gputop.screens.help import HelpScreen
 from gputop.screens.process import ProcessScreen
-from gputop.sources.affinity import format_cpu_list, parse_cpu_list, read_cpus_allowed
 from gputop.widgets.filter_input import FilterInput
 from gputop.widgets.find_bar import FindBar, SearchInput
 from gputop.widgets.gpu_area import GpuArea, GpuList
@@ -117,37 +115,11 @@ def test_header_covers_every_cpu_in_its_rows_for_2_to_256_cpus(ncpu: int, width:
 def test_jobs_cpus_are_the_union_over_each_trainer_and_its_workers() -> None:
     frame = make_frame(5)
     assert job_cpus(frame.processes) == [
-        (STARVING_TRAINER_PID, JOB_CPUS),
-        (4100, tuple(range(8))),
+        (STARVING_TRAINER_PID, JOB_CPUS, None),
+        (4100, tuple(range(8)), None),
     ]
-
-
-def test_cpu_lists_parse_and_format_like_the_kernel() -> None:
-    assert parse_cpu_list("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
-    assert parse_cpu_list("3-1") is None
-    assert parse_cpu_list("x") is None
-    assert format_cpu_list([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
-
-
-def test_cpus_allowed_is_read_from_the_kernel_for_a_pinned_process() -> None:
-    assert read_cpus_allowed("/proc", os.getpid()) == tuple(sorted(os.sched_getaffinity(0)))
-    cpu = min(os.sched_getaffinity(0))
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import os,time; os.sched_setaffinity(0, {{{cpu}}}); time.sleep(30)",
-        ]
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while read_cpus_allowed("/proc", child.pid) != (cpu,) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert read_cpus_allowed("/proc", child.pid) == (cpu,)
-    finally:
-        child.kill()
-        child.wait()
-    assert read_cpus_allowed("/proc", child.pid) is None
+    limited = [replace(p, cpu_quota=2.0) if p.pid == 3851 else p for p in frame.processes]
+    assert job_cpus(limited)[0] == (STARVING_TRAINER_PID, JOB_CPUS, 2.0)
 
 
 # ---- 2. the verdict panel --------------------------------------------------------

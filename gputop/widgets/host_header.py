@@ -12,8 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
+from gputop.model.fixes import cpu_list as format_cpu_list
 from gputop.model.frame import HostSample, ProcessSample
-from gputop.sources.affinity import format_cpu_list
 from gputop.widgets.lines import Line, LineWidget, fit_runs
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -79,15 +79,26 @@ def shrink(values: Sequence[float], n: int) -> list[float]:
     ]
 
 
-def job_cpus(processes: Iterable[ProcessSample]) -> list[tuple[int, tuple[int, ...]]]:
-    """(trainer pid, CPUs its trainer and workers may run on) for each watched job."""
-    jobs: dict[int, set[int]] = {}
+# A watched job: its trainer's pid, the CPUs it may run on, its cgroup's CPU limit (or None).
+Job = tuple[int, tuple[int, ...], float | None]
+
+
+def job_cpus(processes: Iterable[ProcessSample]) -> list[Job]:
+    """Each watched job (a trainer and its workers): the union of the CPUs its processes
+    may run on and the tightest cgroup CPU limit among them."""
+    cpus: dict[int, set[int]] = {}
+    quota: dict[int, float | None] = {}
     for p in processes:
         if p.role not in JOB_ROLES or p.cpus_allowed is None:
             continue
         owner = p.trainer_pid if p.trainer_pid is not None else p.pid
-        jobs.setdefault(owner, set()).update(p.cpus_allowed)
-    return [(pid, tuple(sorted(cpus))) for pid, cpus in sorted(jobs.items())]
+        cpus.setdefault(owner, set()).update(p.cpus_allowed)
+        known = quota.get(owner)
+        if p.cpu_quota is not None and (known is None or p.cpu_quota < known):
+            quota[owner] = p.cpu_quota
+        else:
+            quota.setdefault(owner, known)
+    return [(pid, tuple(sorted(c)), quota.get(pid)) for pid, c in sorted(cpus.items())]
 
 
 def _gib(mib: int) -> str:
@@ -125,7 +136,7 @@ class HostHeader(LineWidget):
 
     def __init__(self, *, id: str | None = None) -> None:
         self.host: HostSample | None = None
-        self.jobs: list[tuple[int, tuple[int, ...]]] = []
+        self.jobs: list[Job] = []
         self.cpu_rows = 0
         super().__init__(id=id)
 
@@ -155,7 +166,7 @@ class HostHeader(LineWidget):
 
     def _job_set(self) -> set[int]:
         cpus: set[int] = set()
-        for _, allowed in self.jobs:
+        for _, allowed, _quota in self.jobs:
             cpus.update(allowed)
         return cpus
 
@@ -255,15 +266,17 @@ class HostHeader(LineWidget):
         if not compact and host.procs_running:
             items.append([("Run ", "host-header--label"), (str(host.procs_running), "")])
         if self.jobs:
-            # Jobs that may run on the same CPUs share one entry.
-            by_set: dict[tuple[int, ...], list[int]] = {}
-            for pid, cpus in self.jobs:
-                by_set.setdefault(cpus, []).append(pid)
+            # Jobs that may run on the same CPUs (and under the same limit) share one entry.
+            by_set: dict[tuple[tuple[int, ...], float | None], list[int]] = {}
+            for pid, cpus, quota in self.jobs:
+                by_set.setdefault((cpus, quota), []).append(pid)
             jobs: Line = [("jobs " if compact else "jobs may run on ", "host-header--label")]
-            for k, (cpus, pids) in enumerate(by_set.items()):
+            for k, ((cpus, quota), pids) in enumerate(by_set.items()):
                 everywhere = len(cpus) >= host.ncpu
                 if compact:
                     where = "all" if everywhere else format_cpu_list(cpus)
+                    if quota is not None:
+                        where += f"/{quota:g}"
                     jobs.append(((" " if k else "") + where + ":", ""))
                     jobs.append((",".join(map(str, pids)), "host-header--muted"))
                     continue
@@ -272,6 +285,8 @@ class HostHeader(LineWidget):
                     if everywhere
                     else f"CPUs {format_cpu_list(cpus)} ({len(cpus)} of {host.ncpu})"
                 )
+                if quota is not None:
+                    where += f", cgroup limit {quota:g} CPUs"
                 jobs.append(((" · " if k else "") + where, ""))
                 jobs.append((f" (pid {', '.join(map(str, pids))})", "host-header--muted"))
             items.append(jobs)
