@@ -30,18 +30,19 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SESSION = "gputop-bench"
+# One tmux session per run: other benchmarks may run beside this one.
+SESSION = f"gputop-bench-{os.getpid()}"
 FIRST_FRAME_MARK = "sched:"  # the status line names the sources once a frame has arrived
 
 
-def child(interval_s: float, n_procs: int) -> None:
+def child(interval_s: float, n_procs: int, n_gpus: int) -> None:
     """Run the app on fixture frames (inside tmux)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from frames_fixture import make_frames
 
     from gputop.app import GputopApp
 
-    frames = make_frames(120, n_procs=n_procs)
+    frames = make_frames(120, n_procs=n_procs, n_gpus=n_gpus)
 
     class FixtureFeed:
         live = True
@@ -93,12 +94,13 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--procs", type=int, default=50)
+    ap.add_argument("--gpus", type=int, default=2, help="fixture: GPUs in the frames")
     ap.add_argument("--size", default="120x40")
     ap.add_argument("--no-bpf", action="store_true", help="live/demo: run gputop with --no-bpf")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.interval, args.procs)
+        child(args.interval, args.procs, args.gpus)
         return 0
 
     width, height = args.size.split("x")
@@ -106,6 +108,7 @@ def main() -> int:
     if args.mode == "fixture":
         inner = (
             f"{py} {shlex.quote(__file__)} --child --interval {args.interval} --procs {args.procs}"
+            f" --gpus {args.gpus}"
         )
     else:
         inner = f"{py} -m gputop --interval {args.interval} --top {args.procs}"
@@ -157,7 +160,10 @@ def main() -> int:
     cpu_pct = 100.0 * (c1 - c0) / hz / (t1 - t0)
     load = os.getloadavg()[0]
     mode = f"demo {args.demo}" if args.mode == "demo" else args.mode
-    print(f"mode: {mode}  size: {args.size}  interval: {args.interval:g} s  rows: {args.procs}")
+    gpus = f"  gpus: {args.gpus}" if args.mode == "fixture" else ""
+    print(
+        f"mode: {mode}  size: {args.size}  interval: {args.interval:g} s  rows: {args.procs}{gpus}"
+    )
     print(f"time to first frame: {first_frame_s:.2f} s")
     print(f"cpu: {cpu_pct:.2f} % of one core over {t1 - t0:.0f} s")
     print(f"rss: {rss / 1024:.1f} MiB (peak {hwm / 1024:.1f} MiB)")
