@@ -7,12 +7,18 @@ import math
 import signal
 import sys
 from collections.abc import Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from gputop import __version__
+# Imported first and kept light: main() must own the exit signals before the heavy
+# modules load, so a Ctrl-C during start-up is an exit status, never a traceback.
+from gputop import __version__, signals
 from gputop.errors import UsageError
-from gputop.runtime import DEFAULT_INTERVAL_S, Options
-from gputop.sampler import MIN_INTERVAL_S
+
+if TYPE_CHECKING:
+    from gputop.runtime import Options
+
+# The sampler's floor (gputop.sampler.MIN_INTERVAL_S; a test keeps them equal).
+MIN_INTERVAL_S = 0.1
 
 PROG = "gputop"
 
@@ -143,6 +149,7 @@ def options_from(args: argparse.Namespace) -> Options:
     """The options for every command: the command line, then the config file, then defaults."""
     from gputop.config import load_config
     from gputop.model.diagnosis import Thresholds
+    from gputop.runtime import DEFAULT_INTERVAL_S, Options
 
     config = load_config()
     interval_s = args.interval
@@ -198,16 +205,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     return run_app(args, opts)
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    # Turn SIGTERM/SIGHUP into an orderly exit so every `finally` (probe detach,
-    # demo workload teardown) runs.
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `gputop` command."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
+    """Entry point of the `gputop` command.
+
+    SIGINT, SIGTERM and SIGHUP end any command with status 128 + the signal
+    number after its cleanup ran (gputop.signals); the handlers are restored on
+    return so a caller that runs main() in-process keeps its own.
+    """
+    saved = {sig: signal.getsignal(sig) for sig in signals.EXIT_SIGNALS}
+    signals.install_headless()
     try:
         args = build_parser().parse_args(argv)
         return _dispatch(args)
@@ -215,4 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return 130
+        return signals.exit_status(signal.SIGINT)
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
