@@ -12,7 +12,7 @@ _gputop() {
     case "$prev" in
         --output|--replay|-o)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --demo|--duration|--interval|--listen|--top)
+        --demo|--duration|--host-label|--interval|--listen|--textfile|--top)
             return ;;
     esac
     case "$cmd" in
@@ -20,7 +20,7 @@ _gputop() {
         snapshot) COMPREPLY=($(compgen -W "--demo --duration --help --interval --no-bpf --no-redact --output --top -h -o" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "--help --list -h" -- "$cur")) ;;
         doctor) COMPREPLY=($(compgen -W "--help --interval --no-bpf --top -h" -- "$cur")) ;;
-        export) COMPREPLY=($(compgen -W "--demo --help --interval --listen --no-bpf --top -h" -- "$cur")) ;;
+        export) COMPREPLY=($(compgen -W "--demo --help --host-label --interval --listen --no-bpf --textfile --top -h" -- "$cur")) ;;
         *) COMPREPLY=($(compgen -W "--demo --help --interval --no-bpf --no-redact --readonly --replay --top --version -h record snapshot demo doctor export" -- "$cur")) ;;
     esac
 }

@@ -137,7 +137,20 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="serve metrics and verdicts for Prometheus")
     _add_common(exp, suppress=True)
     exp.add_argument(
-        "--listen", default="127.0.0.1:9400", metavar="HOST:PORT", help="default 127.0.0.1:9400"
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve /metrics here (default 127.0.0.1:19400 unless --textfile is given)",
+    )
+    exp.add_argument(
+        "--textfile",
+        metavar="DIR",
+        help="write DIR/gputop.prom every frame for node-exporter's textfile collector",
+    )
+    exp.add_argument(
+        "--host-label",
+        metavar="NAME",
+        help="value of the Hostname label (default: this host's name; in a pod, the node's)",
     )
     exp.add_argument(
         "--demo", default=argparse.SUPPRESS, metavar="NAME", help="export a built-in demo scenario"

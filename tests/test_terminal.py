@@ -136,6 +136,21 @@ def _probe_progs() -> set[int]:
     return {p["id"] for p in json.loads(r.stdout or "[]") if p.get("name") in PROBE_PROGS}
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """gputop's own code runs: its SIGTERM handler is installed (SigCgt in /proc/PID/status).
+
+    Before that the interpreter itself is starting, and a signal takes its default action.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False
+
+
 def _maps_bcc(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/maps") as fh:
@@ -150,7 +165,8 @@ def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
     pid = g.proc.pid
     seen: set[int] = set()
     if moment == "start-up":
-        time.sleep(0.15)  # Python is importing gputop; no event loop yet
+        # gputop's first line ran; the app, the sampler and the probe are still to come
+        g.wait_for(lambda: _catches_sigterm(pid))
     elif moment == "probe-compile":
         # bcc is loaded and compiling, no program loaded yet
         g.wait_for(lambda: _maps_bcc(pid))
@@ -180,9 +196,10 @@ def test_exit_signal_at_any_moment_exits_with_its_status_and_leaves_no_probe(
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-@pytest.mark.parametrize("delay_s", [0.15, 0.6])
+@pytest.mark.parametrize("delay_s", [0.0, 0.3, 1.0])
 def test_exit_signal_during_start_up_without_the_probe(delay_s: float, sig: signal.Signals) -> None:
     g = PtyGputop("--no-bpf", "--demo", "healthy")
+    g.wait_for(lambda: _catches_sigterm(g.proc.pid))
     time.sleep(delay_s)
     g.proc.send_signal(sig)
     rc = g.finish()
