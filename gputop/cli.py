@@ -62,6 +62,18 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _dcgm_url(text: str) -> str:
+    """``off``, or a dcgm-exporter URL; ``/metrics`` is added when there is no path."""
+    if text == "off":
+        return text
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"expected http://HOST:PORT[/PATH] or off, got {text!r}")
+    return text if parts.path not in ("", "/") else text.rstrip("/") + "/metrics"
+
+
 def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
     """Global options, accepted before or after the subcommand."""
 
@@ -87,6 +99,14 @@ def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
         default=d(30),
         metavar="N",
         help="also show the N busiest other processes (default 30)",
+    )
+    p.add_argument(
+        "--dcgm",
+        type=_dcgm_url,
+        default=d(None),
+        metavar="URL",
+        help="dcgm-exporter for SM activity where GPM is missing "
+        "(default: http://localhost:9400/metrics if it answers; off to disable)",
     )
 
 
@@ -174,6 +194,7 @@ def options_from(args: argparse.Namespace) -> Options:
         no_bpf=args.no_bpf,
         demo=getattr(args, "demo", None),
         top_n=args.top,
+        dcgm_url=args.dcgm,
     )
 
 

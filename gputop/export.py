@@ -32,7 +32,8 @@ MIB = 1024 * 1024
 # `on(UUID)` or `on(Hostname, gpu)` and no label_replace.
 HOST_LABEL = "Hostname"
 GPU_LABELS = (HOST_LABEL, "gpu", "UUID", "modelName")
-PROC_LABELS = (HOST_LABEL, "pid", "comm", "role")
+# pod and namespace as dcgm-exporter names them on Kubernetes; "" outside a pod/container.
+PROC_LABELS = (HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id")
 # 9400 is dcgm-exporter's port, and the registry's 9100-9999 exporter range is
 # allocated; gputop takes 9400 + 10000, so both run on one node.
 DEFAULT_PORT = 19400
@@ -182,6 +183,11 @@ class FrameCollector(Collector):
         lost = self._gauge(
             "gputop_gpu_lost", "1 when the GPU fell off the bus or stopped answering", GPU_LABELS
         )
+        sm_source = self._gauge(
+            "gputop_gpu_sm_source_info",
+            "1 for where SM activity comes from: gpm (NVML), dcgm (dcgm-exporter), demo",
+            [*GPU_LABELS, "source"],
+        )
         for g in frame.gpus:
             labels = [self.host, str(g.index), g.uuid, g.name]
             for key, (_, _, scale) in specs.items():
@@ -192,8 +198,10 @@ class FrameCollector(Collector):
             for r in g.throttle:
                 reasons.add_metric([*labels, r], 1.0)
             lost.add_metric(labels, 1.0 if g.state == "lost" else 0.0)
+            if g.sm_source is not None:
+                sm_source.add_metric([*labels, g.sm_source], 1.0)
         yield from families.values()
-        yield from (throttled, reasons, lost)
+        yield from (throttled, reasons, lost, sm_source)
 
     def _process_metrics(self, frame: Frame) -> Iterator[Any]:
         cpu = self._gauge("gputop_process_cpu_percent", "CPU use, % of one CPU", PROC_LABELS)
@@ -229,7 +237,15 @@ class FrameCollector(Collector):
             [*PROC_LABELS, "reason"],
         )
         for p in _exported_processes(frame):
-            labels = [self.host, str(p.pid), p.comm, p.role]
+            labels = [
+                self.host,
+                str(p.pid),
+                p.comm,
+                p.role,
+                p.pod_name or "",
+                p.pod_namespace or "",
+                p.container_id or "",
+            ]
             cpu.add_metric(labels, p.cpu_pct)
             if p.offcpu_pct is not None:
                 off.add_metric(labels, p.offcpu_pct)

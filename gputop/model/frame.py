@@ -79,6 +79,9 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     sm_clock_max_mhz: int | None = None
     power_avg_w: float | None = None
+    # Where sm_active (and occupancy, tensor, DRAM) came from: "gpm" (NVML), "dcgm"
+    # (a dcgm-exporter on the node), "demo"; None while SM activity is n/a.
+    sm_source: str | None = None
 
     @property
     def power_pct(self) -> float | None:
@@ -168,6 +171,13 @@ class ProcessSample:
     wait_irq_pct: float | None = None
     wait_other_pct: float | None = None
     preemptors: tuple[Preemptor, ...] | None = None
+    # The container and Kubernetes pod the process runs in, from its cgroup path
+    # (gputop/sources/cgroup.py); None outside containers or where not derivable.
+    container_id: str | None = None
+    container_runtime: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property

@@ -487,6 +487,7 @@ class NvmlSource:
             util=gpu_pct,
             mem_util=mem_pct,
             sm_active=g.get(GPM_SM_UTIL),
+            sm_source=None if g.get(GPM_SM_UTIL) is None else "gpm",
             sm_occupancy=g.get(GPM_SM_OCCUPANCY),
             tensor_active=g.get(GPM_ANY_TENSOR_UTIL),
             dram_active=g.get(GPM_DRAM_BW_UTIL),
