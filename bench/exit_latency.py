@@ -3,8 +3,8 @@
     python bench/exit_latency.py [--rounds 5] [--no-bpf]
 
 Runs the real TUI in a pseudo-terminal (120x40), sends the signal when gputop's own
-code has started (its handlers are installed), while the eBPF probe compiles (bcc is
-loaded, no program yet; root only) and once it draws frames, and prints the time from
+code has started (its handlers are installed), while the eBPF probe compiles (its
+compile child runs; root only) and once it draws frames, and prints the time from
 the signal to the process's exit, with its exit status.
 """
 
@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -39,11 +41,12 @@ def _status_bit(pid: int, sig: int) -> bool:
     return False
 
 
-def _maps_bcc(pid: int) -> bool:
+def _compiling(pid: int) -> bool:
+    """The probe's compile-and-attach child (gputop.sources.bpf_child) runs."""
     try:
-        with open(f"/proc/{pid}/maps") as fh:
-            return "libbcc" in fh.read()
-    except OSError:
+        kids = psutil.Process(pid).children(recursive=True)
+        return any("bpf_child" in " ".join(k.cmdline()) for k in kids)
+    except psutil.Error:
         return False
 
 
@@ -76,7 +79,7 @@ def one(moment: str, sig: int, no_bpf: bool) -> tuple[float, int]:
     threading.Thread(target=drain, daemon=True).start()
     conditions: dict[str, Callable[[], bool]] = {
         "start-up": lambda: _status_bit(p.pid, signal.SIGTERM),
-        "probe-compile": lambda: _maps_bcc(p.pid),
+        "probe-compile": lambda: _compiling(p.pid),
         "running": lambda: b"sched:" in out,
     }
     cond = conditions[moment]

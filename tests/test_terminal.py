@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gputop.sources.bcc_loader import find_bcc
@@ -151,12 +152,20 @@ def _catches_sigterm(pid: int) -> bool:
     return False
 
 
-def _maps_bcc(pid: int) -> bool:
+def _compilers(pid: int) -> list[psutil.Process]:
+    """The probe's compile-and-attach children (gputop.sources.bpf_child) of ``pid``."""
     try:
-        with open(f"/proc/{pid}/maps") as fh:
-            return "libbcc" in fh.read()
-    except OSError:
-        return False
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for k in kids:
+        try:
+            if any("bpf_child" in a for a in k.cmdline()):
+                out.append(k)
+        except psutil.Error:
+            continue
+    return out
 
 
 def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
@@ -168,15 +177,21 @@ def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
         # gputop's first line ran; the app, the sampler and the probe are still to come
         g.wait_for(lambda: _catches_sigterm(pid))
     elif moment == "probe-compile":
-        # bcc is loaded and compiling, no program loaded yet
-        g.wait_for(lambda: _maps_bcc(pid))
-        assert not _own_prog_ids(pid), "signal meant for the compile came after the load"
+        # the compile-and-attach child runs; no program has reached gputop yet
+        g.wait_for(lambda: bool(_compilers(pid)))
+        assert not _own_prog_ids(pid), "signal meant for the compile came after the handover"
     else:
         g.wait_for(lambda: bool(_own_prog_ids(pid)) and g.drawn(FIRST_FRAME))
         seen = _own_prog_ids(pid)
+    helpers = _compilers(pid)
+    for helper in helpers:
+        seen |= _own_prog_ids(helper.pid)
     seen |= _own_prog_ids(pid)
     g.proc.send_signal(sig)
     rc = g.finish()
+    # The compile child dies with gputop (PR_SET_PDEATHSIG); its fds go with it.
+    psutil.wait_procs(helpers, timeout=20)
+    assert not [h for h in helpers if h.is_running() and h.status() != psutil.STATUS_ZOMBIE]
     assert rc == 128 + sig, g.text()[-2000:]
     assert "Traceback" not in g.text(), g.text()[-3000:]
     after = _probe_progs()
