@@ -26,7 +26,7 @@ from typing import Any
 
 from gputop.model.frame import SourceStatus
 from gputop.sources.base import ProbeReading, TaskSched
-from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bcc_loader import INSTALL_FIX, find_bcc
 
 MAX_THREADS = 32768
 MAX_TGIDS = 8192
@@ -34,6 +34,8 @@ HIST_SLOTS = 40
 # Where bcc looks for a tracepoint's layout, in its own order.
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 SWEEP_EVERY_READS = 10
+# The kernel's own headers (CONFIG_IKHEADERS), bcc's fallback.
+KHEADERS = "/sys/kernel/kheaders.tar.xz"
 
 _CAP_SYS_ADMIN = 21
 _CAP_PERFMON = 38
@@ -82,8 +84,8 @@ def has_bpf_capabilities(status_text: str) -> bool:
     return bool(caps & (1 << _CAP_BPF)) and bool(caps & (1 << _CAP_PERFMON))
 
 
-def kernel_headers_present(release: str) -> bool:
-    """Whether bcc will find headers to compile against, by bcc's own test.
+def kernel_headers_present(release: str) -> str | None:
+    """Where bcc will find headers to compile against, by bcc's own test; None if nowhere.
 
     bcc looks for ``include/linux/kconfig.h`` under ``$BCC_KERNEL_SOURCE`` or
     ``/lib/modules/RELEASE/{build,source}``, then for the kernel's built-in
@@ -93,9 +95,10 @@ def kernel_headers_present(release: str) -> bool:
     src = os.environ.get("BCC_KERNEL_SOURCE")
     mod = f"/lib/modules/{release}"
     roots = [src] if src else [f"{mod}/build", f"{mod}/source"]
-    if any(os.path.isfile(f"{r}/include/linux/kconfig.h") for r in roots):
-        return True
-    return os.path.exists("/sys/kernel/kheaders.tar.xz")
+    found = next((r for r in roots if os.path.isfile(f"{r}/include/linux/kconfig.h")), None)
+    if found is None and os.path.exists(KHEADERS):
+        found = KHEADERS
+    return found
 
 
 def _read_text(path: str) -> str | None:
@@ -128,8 +131,7 @@ def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavail
         )
     bcc, why = find_bcc()
     if bcc is None:
-        # find_bcc's reason already names the package to install.
-        return Unavailable(str(why), None)
+        return Unavailable(str(why), INSTALL_FIX)
     fmt = None
     for d in TRACEFS_DIRS:
         fmt = _read_text(f"{d}/events/sched/sched_switch/format")
@@ -231,6 +233,8 @@ class BpfSchedProbe:
         self._errors_seen = 0
         self._reads = 0
         self.attach_s: float | None = None
+        # Why the probe is off, as fields (status.reason is worded for the status line).
+        self.failure: Unavailable | None = None
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -273,6 +277,7 @@ class BpfSchedProbe:
             self._status = SourceStatus("sched", "bpf", False, "eBPF probe detached")
 
     def _fail(self, reason: str, fix: str | None) -> None:
+        self.failure = Unavailable(reason, fix)
         # The frame's notes carry only the reason, so the fix goes into it as well.
         text = f"eBPF probe off: {reason}; scheduler numbers from /proc"
         if fix:
