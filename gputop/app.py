@@ -28,7 +28,7 @@ from textual.reactive import reactive
 from textual.signal import Signal
 from textual.widgets import Footer
 
-from gputop.config import Config, load_config
+from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.messages import (
     FilterCancelled,
@@ -506,9 +506,8 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def run_app(args: argparse.Namespace, opts: Options) -> int:
+def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     """The default command: the live TUI, a demo, or a replay of a snapshot bundle."""
-    config = load_config()
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)

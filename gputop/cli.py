@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
 from gputop import __version__
+from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.runtime import DEFAULT_INTERVAL_S, Options
 from gputop.sampler import MIN_INTERVAL_S
@@ -139,12 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_from(args: argparse.Namespace) -> Options:
+def options_from(args: argparse.Namespace, config: Config) -> Options:
     """The options for every command: the command line, then the config file, then defaults."""
-    from gputop.config import load_config
     from gputop.model.diagnosis import Thresholds
 
-    config = load_config()
     interval_s = args.interval
     if interval_s is None:
         interval_s = DEFAULT_INTERVAL_S if config.interval_s is None else config.interval_s
@@ -167,7 +166,10 @@ def _open_output(path: str) -> IO[str]:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    opts = options_from(args)
+    from gputop.config import load_config
+
+    config = load_config()
+    opts = options_from(args, config)
     if args.command == "record":
         from gputop.record import record
 
@@ -195,7 +197,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return export_command(args, opts)
     from gputop.app import run_app
 
-    return run_app(args, opts)
+    return run_app(args, opts, config)
 
 
 def _terminate(signum: int, _frame: object) -> None:

@@ -162,12 +162,14 @@ def _config(tmp_path: Path, text: str) -> dict[str, str]:
 
 def test_config_file_sets_interval_and_thresholds_and_the_command_line_wins(tmp_path, monkeypatch):
     from gputop.cli import build_parser, options_from
+    from gputop.config import load_config
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     _config(tmp_path, "interval = 2.0\n[thresholds]\nsm_low_pct = 30\n")
-    opts = options_from(build_parser().parse_args(["record"]))
+    config = load_config()
+    opts = options_from(build_parser().parse_args(["record"]), config)
     assert opts.interval_s == 2.0 and opts.thresholds.sm_low_pct == 30.0
-    opts = options_from(build_parser().parse_args(["--interval", "1", "record"]))
+    opts = options_from(build_parser().parse_args(["--interval", "1", "record"]), config)
     assert opts.interval_s == 1.0 and opts.thresholds.sm_low_pct == 30.0
 
 
@@ -188,3 +190,19 @@ def test_bad_config_is_one_line_and_exit_2_for_every_command(tmp_path, text):
         r = gputop(*args, env=env)
         assert r.returncode == 2, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_the_config_docstring_example_is_a_config_the_loader_accepts(tmp_path):
+    import textwrap
+
+    import gputop.config
+    from gputop.config import load_config
+    from gputop.model.diagnosis import Thresholds
+
+    doc = gputop.config.__doc__ or ""
+    example = textwrap.dedent(doc.split("Example::", 1)[1].split("\n\nA missing file", 1)[0])
+    path = tmp_path / "config.toml"
+    path.write_text(example)
+    config = load_config(path)
+    assert config.interval_s == 2.0 and config.keys["kill"] == "F9"
+    assert Thresholds.from_mapping(config.thresholds).sm_low_pct == 30.0
