@@ -6,11 +6,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import PY, ROOT, run_gputop
 
 from gputop.doctor import (
     Check,
@@ -30,8 +30,6 @@ from gputop.sources.nvml import NvmlFacts
 from gputop.sources.sched_probe import BpfSchedProbe, kernel_headers_present
 from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
 RELEASE = "6.1.0-99-amd64"
 CAP_SYS_ADMIN = 21
 CAP_PERFMON = 38
@@ -330,11 +328,9 @@ def test_report_is_aligned_and_puts_fixes_under_their_check() -> None:
 def _doctor(
     cmd_prefix: list[str], env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*cmd_prefix, PY, "-m", "gputop", "doctor"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    return run_gputop(
+        "doctor",
+        prefix=tuple(cmd_prefix),
         timeout=120,
         env={**(os.environ if env is None else env), "COLUMNS": "200"},
     )

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+from conftest import run_gputop
 from frames_fixture import make_frames
 
 from gputop.app import GputopApp, ReplayFeed, _replay_feed
 from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
 from gputop.widgets.banner import VerdictBanner
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
@@ -35,15 +31,9 @@ def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
 
 def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:
     jsonl = tmp_path / "frames.jsonl"
-    r = subprocess.run(
-        [
-            *(sys.executable, "-m", "gputop", "record", "--demo", "cpu-contention"),
-            *("--interval", "0.5", "--duration", "5", "--no-bpf", "-o", str(jsonl)),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    r = run_gputop(
+        *("record", "--demo", "cpu-contention"),
+        *("--interval", "0.5", "--duration", "5", "--no-bpf", "-o", str(jsonl)),
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
