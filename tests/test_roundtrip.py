@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -15,21 +14,16 @@ from gputop.snapshot import collect_meta, write_bundle
 from gputop.widgets.banner import VerdictBanner
 
 
-def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
+async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
     """The banner's state and the whole screen as SVG, once the last frame is shown."""
-    out: list[str] = []
-
-    async def run() -> None:
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            out.append(app.query_one(VerdictBanner).state)
-            out.append(app.export_screenshot())
-
-    asyncio.run(run())
-    return out[0], out[1]
+    async with app.run_test(size=size) as pilot:
+        # Twice: the first pause lets the mount render, the second the refreshes it scheduled.
+        await pilot.pause()
+        await pilot.pause()
+        return app.query_one(VerdictBanner).state, app.export_screenshot()
 
 
-def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:
+async def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:
     jsonl = tmp_path / "frames.jsonl"
     r = run_gputop(
         *("record", "--demo", "cpu-contention"),
@@ -41,18 +35,20 @@ def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path)
     assert len(frames) >= 8
     assert frames[-1].verdicts and frames[-1].verdicts[0].state == "busy_but_starving"
 
-    direct = screen_of(GputopApp(ReplayFeed(frames)), (120, 40))
+    direct = await screen_of(GputopApp(ReplayFeed(frames)), (120, 40))
     path = write_bundle(frames, collect_meta([]), str(tmp_path), None, redact=False)
-    replayed = screen_of(GputopApp(_replay_feed(path)), (120, 40))
+    replayed = await screen_of(GputopApp(_replay_feed(path)), (120, 40))
     assert direct[0] == replayed[0] == "busy_but_starving"
     assert replayed[1] == direct[1]
     assert "BUSY BUT STARVING" in replayed[1].replace("&#160;", " ")
 
 
-def test_fixture_bundle_replay_matches_the_direct_render_at_both_sizes(tmp_path: Path) -> None:
+async def test_fixture_bundle_replay_matches_the_direct_render_at_both_sizes(
+    tmp_path: Path,
+) -> None:
     frames = make_frames()
     path = write_bundle(frames, {}, str(tmp_path), None, redact=True)
     for size in ((80, 24), (120, 40)):
-        direct = screen_of(GputopApp(ReplayFeed(frames)), size)
-        replayed = screen_of(GputopApp(_replay_feed(path)), size)
+        direct = await screen_of(GputopApp(ReplayFeed(frames)), size)
+        replayed = await screen_of(GputopApp(_replay_feed(path)), size)
         assert replayed == direct
