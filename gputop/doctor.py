@@ -382,7 +382,7 @@ def _summary(checks: Sequence[Check]) -> list[str]:
         lines.append("scheduler signals: eBPF probe (exact off-CPU, run-queue and preemptions)")
     elif ok.get("schedstat", False):
         lines.append(
-            "scheduler signals: /proc estimates (fix the eBPF checks above for exact ones)"
+            "scheduler signals: /proc estimates; what a trainer waits on (batches, CPU, GPU) is inferred, not measured: fix the eBPF checks above to measure it"  # noqa: E501
         )
     else:
         lines.append("scheduler signals: CPU time only (no eBPF, no schedstat)")

@@ -385,3 +385,6 @@ def test_doctor_without_bcc_and_headers() -> None:
     assert headers_fix.startswith(f"fix: apt-get install linux-headers-{os.uname().release}")
     assert "not tried: fix the eBPF checks above first" in _row(r.stdout, "eBPF probe")
     assert "scheduler signals: /proc estimates" in r.stdout
+    assert "is inferred, not measured: fix the eBPF checks above to measure it" in " ".join(
+        r.stdout.split()
+    )

@@ -14,10 +14,11 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-ROLES = ("trainer", "dataloader", "pin_memory", "other")
-VERDICT_STATES = (
+Role = Literal["trainer", "dataloader", "pin_memory", "other"]
+"""What a process does for a training job (CONTRACT.md section 2)."""
+VerdictState = Literal[
     "ok",
     "busy_but_starving",
     "low_sm_efficiency",
@@ -25,7 +26,10 @@ VERDICT_STATES = (
     "throttled",
     "idle",
     "unknown",
-)
+]
+"""The states a GPU's verdict can be in (CONTRACT.md section 2)."""
+ROLES: tuple[Role, ...] = get_args(Role)
+VERDICT_STATES: tuple[VerdictState, ...] = get_args(VerdictState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class HostSample:
     mem_used_mib: int = 0
     mem_total_mib: int = 0
     procs_running: int = 0
+    cpus_online: tuple[int, ...] = ()
+    """Ids of the online CPUs (``/sys/devices/system/cpu/online``); empty when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +150,7 @@ class ProcessSample:
     ppid: int
     comm: str
     cmdline: str
-    role: str
+    role: Role
     trainer_pid: int | None
     cpu_pct: float
     offcpu_pct: float | None
@@ -168,6 +174,10 @@ class ProcessSample:
     wait_irq_pct: float | None = None
     wait_other_pct: float | None = None
     preemptors: tuple[Preemptor, ...] | None = None
+    cpus_allowed: tuple[int, ...] | None = None
+    """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
+    cpu_quota: float | None = None
+    """CPUs' worth of time its cgroup allows (tightest ``cpu.max`` up the tree); None: no limit."""
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property
@@ -190,7 +200,7 @@ class Verdict:
     """The diagnosis for one GPU: a state, the evidence with numbers, the fixes."""
 
     gpu: int
-    state: str
+    state: VerdictState
     evidence: tuple[str, ...] = ()
     fixes: tuple[str, ...] = ()
     efficiency: float | None = None

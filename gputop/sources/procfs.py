@@ -16,9 +16,10 @@ import pwd
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gputop.model.frame import HostSample, ProcessSample, SourceStatus, ThreadSample
+from gputop.model.frame import HostSample, ProcessSample, Role, SourceStatus, ThreadSample
 from gputop.model.roles import assign_roles, thread_role_from_comm
 from gputop.sources.base import ProbeReading, TaskSched
+from gputop.sources.cpulimits import NOT_READ, job_cpu_limits
 
 _PF_KTHREAD = 0x00200000
 _CMDLINE_MAX = 4096
@@ -156,11 +157,14 @@ class ProcSource:
     def read_host(self) -> HostSample:
         """System CPU, load, memory and CPU pressure."""
         cpus: list[tuple[int, int]] = []
+        online: list[int] = []  # /proc/stat lists the online CPUs only
         procs_running = 0
         raw = _read(self.root + "/stat") or b""
         for line in raw.split(b"\n"):
             if line.startswith(b"cpu"):
                 parts = line.split()
+                if parts[0] != b"cpu":
+                    online.append(int(parts[0][3:]))
                 vals = [int(x) for x in parts[1:9]]
                 idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
                 cpus.append((sum(vals), idle))
@@ -205,6 +209,7 @@ class ProcSource:
             mem_used_mib=mem_total - mem_avail,
             mem_total_mib=mem_total,
             procs_running=procs_running,
+            cpus_online=tuple(online),
         )
 
     # ---- processes --------------------------------------------------------
@@ -321,7 +326,7 @@ class ProcSource:
     def _detail(
         self,
         st: _Stat,
-        role: str,
+        role: Role,
         trainer: int | None,
         cpu: float,
         dt: float | None,
@@ -340,7 +345,7 @@ class ProcSource:
         except OSError:
             tids = []
         threads: list[ThreadSample] = []
-        special: list[tuple[ThreadSample, str]] = []
+        special: list[tuple[ThreadSample, Role]] = []
         new_prev: dict[int, _ThreadPrev] = {}
         d_vol = d_invol = 0
         tot_vol = tot_invol = 0
@@ -448,6 +453,7 @@ class ProcSource:
             offcpu_hist=hist,
             gpu_sm_pct=gsm,
             threads=tuple(threads),
+            **(NOT_READ if role == "other" else job_cpu_limits(self.root, st.pid)),
         )
         out = [proc]
         for ts, trole in special:
