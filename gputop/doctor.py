@@ -250,8 +250,9 @@ def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float
         return Check(name, True, f"compiled and attached to sched:sched_switch in {took:.1f} s")
     reason = "did not attach" if failure is None else failure.reason
     fix = None if failure is None else failure.fix
-    if fix and "compiler output" in fix:
-        fix = "read bcc's compiler messages printed above this report; check the rows above"
+    if fix and "gputop doctor" in fix:
+        # The reason quotes the compiler's first error; its causes have rows here.
+        fix = "check the bcc, kernel headers and tracefs rows above"
     if took >= timeout_s:
         reason = f"not attached after {timeout_s:.0f} s: {reason}"
     return Check(name, False, reason, fix)
