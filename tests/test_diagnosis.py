@@ -86,10 +86,11 @@ class Case:
 
 
 def frame(t: float, case: Case, interval: float = 1.0) -> Frame:
+    measured = any(p.wait_input is not None for p in case.procs)
     return Frame(
         t=t,
         interval=interval,
-        sources=Sources(gpu="nvml", sched="procfs"),
+        sources=Sources(gpu="nvml", sched="bpf" if measured else "procfs"),
         host=HostSample(
             cpu_pct=case.host.cpu,
             ncpu=case.host.ncpu,
@@ -644,3 +645,27 @@ def test_a_processs_first_sighting_without_rates_does_not_dilute_its_averages() 
     busy = Case(Gpu(util=28, sm=25), (QUIET_TRAINER, *workers(2, cpu=45.0, runq=5.0)))
     states = [v[0].state for v in run([fresh, busy, busy])]
     assert states == ["unknown", "unknown", "input_bound"]
+
+
+def test_every_verdict_state_has_a_rank_and_a_title_on_the_banner() -> None:
+    from gputop.model.frame import VERDICT_STATES
+    from gputop.widgets.banner import SEVERITY, TITLES
+
+    assert sorted(SEVERITY) == sorted(VERDICT_STATES) == sorted(TITLES)
+    assert set(PROBLEM_STATES) < set(VERDICT_STATES)
+
+
+def test_the_window_restarts_when_the_probe_takes_over_and_the_verdict_does_not_flicker() -> None:
+    # /proc: the trainer queues for a CPU 25% (starving, inferred). The probe then
+    # measures that it waits on its GPU, not its host: the verdict moves to
+    # low_sm_efficiency within confirm ticks, without an "unknown" in between and
+    # without the /proc frames diluting the measured split.
+    inferred = Case(Gpu(util=97, sm=20), (trainer(cpu=5.0, off=95.0, runq=25.0),), BUSY_HOST)
+    measured = Case(
+        Gpu(util=97, sm=20),
+        (trainer(cpu=5.0, off=95.0, runq=2.0, wait_input=3.0, wait_irq=88.0),),
+        BUSY_HOST,
+    )
+    states = [v[0].state for v in run([inferred] * 5 + [measured] * 4)]
+    assert states[2:5] == ["busy_but_starving"] * 3
+    assert states[5:] == ["busy_but_starving"] * 2 + ["low_sm_efficiency"] * 2

@@ -859,6 +859,10 @@ class Diagnoser:
     def update(self, frame: Frame) -> tuple[Verdict, ...]:
         """Add one frame; return the verdict for every GPU in it."""
         t = self.thresholds
+        if self._frames and frame.sources.sched != self._frames[-1].sources.sched:
+            # The probe took over from /proc (or the reverse): averaging across the switch
+            # would mix an inferred wait split with a measured one. The verdicts stay.
+            self._frames.clear()
         self._frames.append(frame)
         while self._frames and frame.t - self._frames[0].t > t.window_s:
             self._frames.popleft()
