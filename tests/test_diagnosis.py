@@ -376,7 +376,10 @@ def test_starving_evidence_under_proc_says_the_wait_split_is_inferred() -> None:
         f"trainer pid {TRAINER} off-CPU 70% of the last 4 s: 52% waiting for a CPU, 18% asleep"
         " (on its GPU or its batches: inferred, not measured" in text
     )
-    assert "its 4 DataLoader workers waited for a CPU 2% and were preempted 208/s each" in text
+    assert (
+        "its 4 DataLoader workers waited for a CPU 2% of the time, were preempted 208/s each"
+        " and used 5% CPU each" in text
+    )
     assert "9 runnable tasks on 2 CPUs" in text
     assert "busiest other processes (CPU use; who preempted the job is not measured)" in text
     assert "GPU_UTIL 97%" in text and "SM activity 12%" in text
@@ -398,8 +401,8 @@ def test_measured_starving_evidence_quotes_the_split_and_the_preemptors() -> Non
     assert f"trainer pid {TRAINER} waited for batches 32% of the last 4 s and for a CPU 10%" in text
     assert "woken by interrupts (GPU, timers) 50%" in text
     assert (
-        "its 2 DataLoader workers waited for a CPU 51% and were preempted 106/s each,"
-        " 71% of that by pid 900 stress and 20% of that by pid 901 stress" in text
+        "its 2 DataLoader workers waited for a CPU 51% of the time (71% of it behind pid 900"
+        " stress and 20% behind pid 901 stress), were preempted 106/s each" in text
     )
     assert "inferred" not in text and "busiest other processes" not in text
     fixes = "\n".join(v.fixes)
