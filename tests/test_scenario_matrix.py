@@ -205,11 +205,12 @@ def test_scenario_reaches_its_verdict_within_3_ticks_and_holds_it(
         ]
         # Frame 1 is the first that can carry a verdict (the sampler's priming tick and
         # frame 0 fill the window): the expected one must come within 3 ticks of it.
+        why = f"GPU {gpu} {states}\n" + "\n".join(evidence[-1])
         reached = states.index(expected) if expected in states else len(states)
-        assert reached <= 1 + 3, (states, evidence[-1])
-        assert all(s == expected for s in states[reached:]), (states, evidence[-1])
+        assert reached <= 1 + 3, why
+        assert all(s == expected for s in states[reached:]), why
         wrong = {s for s in states if s not in ("unknown", expected)}
-        assert not wrong, (states, evidence[-1])
+        assert not wrong, why
         text = "\n".join(evidence[-1])
         if mode == "bpf" and expected in ("busy_but_starving", "input_bound"):
             assert "inferred" not in text, text
