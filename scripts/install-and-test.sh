@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools; do
+  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools bpftool; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then

@@ -1,9 +1,12 @@
 """The eBPF scheduler probe: ``sched:sched_switch`` aggregated in kernel maps, via bcc.
 
-``open()`` returns at once; a background thread checks the prerequisites,
-compiles ``bpf/sched_probe.c`` (about half a second) and attaches it. Until then
-``read()`` returns None and the sampler serves the /proc numbers, with
-``status.reason`` saying what is happening or why the probe cannot run, and the fix.
+``open()`` returns at once; a background thread checks the prerequisites and
+has a short-lived child process compile ``bpf/sched_probe.c`` with bcc (about
+half a second) and attach it (``bpf_handover``): this process never imports bcc
+or LLVM, and reads the maps with ``bpf(2)`` through ctypes mirrors of the C
+structs. Until then ``read()`` returns None and the sampler serves the /proc
+numbers, with ``status.reason`` saying what is happening or why the probe cannot
+run, and the fix.
 
 Each ``read()`` flips the program's epoch counter (so the longest stretch of the
 finished interval can be read), reads the maps in batches and returns the
@@ -15,18 +18,20 @@ it wakes up.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from gputop.model.frame import SourceStatus
 from gputop.sources.base import ProbeReading, TaskSched
-from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
+from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
 
 MAX_THREADS = 32768
 MAX_TGIDS = 8192
@@ -40,6 +45,57 @@ _CAP_PERFMON = 38
 _CAP_BPF = 39
 
 _ERROR_NAMES = ("thread map full", "process map full", "current was not the outgoing task")
+
+
+# ctypes mirrors of bpf/sched_probe.c's map types: change them together. Each is
+# checked against the loaded program (sizes from the kernel, field names from
+# bcc) before the first read.
+
+
+class ThreadT(ctypes.Structure):
+    """``struct thread_t``: one thread's running totals, keyed by tid."""
+
+    _fields_ = (
+        ("out_ts", ctypes.c_uint64),
+        ("wake_ts", ctypes.c_uint64),
+        ("in_ts", ctypes.c_uint64),
+        ("runq_ns", ctypes.c_uint64),
+        ("blocked_ns", ctypes.c_uint64),
+        ("oncpu_ns", ctypes.c_uint64),
+        ("nivcsw", ctypes.c_uint64),
+        ("nvcsw", ctypes.c_uint64),
+        ("missed", ctypes.c_uint64),
+        ("longest_ns", ctypes.c_uint64 * 2),
+        ("longest_ep", ctypes.c_uint32 * 2),
+        ("tgid", ctypes.c_uint32),
+        ("runnable", ctypes.c_uint32),
+    )
+
+
+class GroupT(ctypes.Structure):
+    """``struct group_t``: one thread group's totals and histogram, keyed by tgid."""
+
+    _fields_ = (
+        ("dead_runq_ns", ctypes.c_uint64),
+        ("dead_blocked_ns", ctypes.c_uint64),
+        ("dead_oncpu_ns", ctypes.c_uint64),
+        ("dead_nivcsw", ctypes.c_uint64),
+        ("dead_nvcsw", ctypes.c_uint64),
+        ("dead_missed", ctypes.c_uint64),
+        ("longest_ns", ctypes.c_uint64 * 2),
+        ("longest_ep", ctypes.c_uint32 * 2),
+        ("hist", ctypes.c_uint64 * HIST_SLOTS),
+    )
+
+
+# Every map of the program: name -> (key type, value type).
+MAP_TYPES: dict[str, tuple[Any, Any]] = {
+    "threads": (ctypes.c_uint32, ThreadT),
+    "groups": (ctypes.c_uint32, GroupT),
+    "exiting": (ctypes.c_uint32, ctypes.c_uint8),
+    "epoch": (ctypes.c_int32, ctypes.c_uint32),
+    "errors": (ctypes.c_int32, ctypes.c_uint64),
+}
 
 
 def bpf_source_path() -> str:
@@ -114,11 +170,12 @@ class Unavailable:
     fix: str | None
 
 
-def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavailable:
+def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
     """Everything the probe needs before compiling, checked in order.
 
-    Returns (the bcc module, prev_state masks) or why not. Cheap and side-effect
-    free apart from importing bcc, so ``gputop doctor`` can call it too.
+    Returns the prev_state masks or why not. Cheap and side-effect free (it does
+    not import bcc: the compiler child finds bcc, and says so when it cannot),
+    so ``gputop doctor`` can call it too.
     """
     status_text = _read_text(f"{proc_root}/self/status") or ""
     if not has_bpf_capabilities(status_text):
@@ -126,10 +183,6 @@ def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavail
             "needs root (or CAP_BPF + CAP_PERFMON)",
             "run gputop with sudo (or give it CAP_BPF, CAP_PERFMON and read access to tracefs)",
         )
-    bcc, why = find_bcc()
-    if bcc is None:
-        # find_bcc's reason already names the package to install.
-        return Unavailable(str(why), None)
     fmt = None
     for d in TRACEFS_DIRS:
         fmt = _read_text(f"{d}/events/sched/sched_switch/format")
@@ -149,7 +202,7 @@ def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavail
             f"no kernel headers for {release}",
             f"apt-get install linux-headers-{release} (or set BCC_KERNEL_SOURCE)",
         )
-    return bcc, masks
+    return masks
 
 
 @dataclass(slots=True)
@@ -203,7 +256,7 @@ def _longest(ns: Any, ep: Any, epoch: int) -> int:
 
 
 class BpfSchedProbe:
-    """Scheduler probe on ``sched:sched_switch`` (bcc); implements ``SchedProbe``.
+    """Scheduler probe on ``sched:sched_switch`` (bcc, in a child); implements ``SchedProbe``.
 
     ``max_threads`` and ``max_tgids`` bound the kernel maps; when one is full
     the probe counts the failed insert, and ``status.reason`` says so.
@@ -220,7 +273,9 @@ class BpfSchedProbe:
         self.proc_root = proc_root
         self._lock = threading.Lock()
         self._status = SourceStatus("sched", "bpf", False, "eBPF probe not started")
-        self._bpf: Any = None
+        self._handover: Handover | None = None
+        self._maps: dict[str, BpfMap] = {}
+        self._spawned: Spawned | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
         self._epoch = 0
@@ -240,7 +295,7 @@ class BpfSchedProbe:
 
     @property
     def attached(self) -> bool:
-        return self._bpf is not None
+        return self._handover is not None
 
     def open(self) -> None:
         """Start compiling and attaching on a background thread; returns at once."""
@@ -259,17 +314,20 @@ class BpfSchedProbe:
         return self.attached
 
     def close(self) -> None:
-        """Detach the probe; waits for an in-flight compile so nothing stays attached."""
+        """Detach the probe; an in-flight compile is killed, so nothing stays attached."""
         with self._lock:
             self._closed = True
             t = self._thread
+            if self._spawned is not None:
+                self._spawned.cancel()
         if t is not None and t is not threading.current_thread():
-            # Compiling takes about a second; after that the loader sees _closed.
+            # The child is dead, so the loader returns at once and then sees _closed.
             t.join(timeout=30)
         with self._lock:
-            bpf, self._bpf = self._bpf, None
-        if bpf is not None:
-            bpf.cleanup()
+            ho, self._handover = self._handover, None
+            self._maps = {}
+        if ho is not None:
+            ho.close()
             self._status = SourceStatus("sched", "bpf", False, "eBPF probe detached")
 
     def _fail(self, reason: str, fix: str | None) -> None:
@@ -279,71 +337,84 @@ class BpfSchedProbe:
             text += f"; fix: {fix}"
         self._status = SourceStatus("sched", "bpf", False, text, fix)
 
-    def _load(self) -> None:
-        started = time.monotonic()
-        pre = preflight(self.proc_root)
-        if isinstance(pre, Unavailable):
-            self._fail(pre.reason, pre.fix)
-            return
-        bcc, masks = pre
-        cflags = [
+    def compile_flags(self, masks: tuple[int, int]) -> list[str]:
+        """The -D definitions bpf/sched_probe.c needs, for this kernel's prev_state masks."""
+        return [
             f"-DMAX_THREADS={self.max_threads}",
             f"-DMAX_TGIDS={self.max_tgids}",
             f"-DHIST_SLOTS={HIST_SLOTS}",
             f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
             f"-DDEAD_MASK={masks[1]:#x}",
         ]
+
+    def _load(self) -> None:
+        started = time.monotonic()
+        masks = preflight(self.proc_root)
+        if isinstance(masks, Unavailable):
+            self._fail(masks.reason, masks.fix)
+            return
+        cflags = self.compile_flags(masks)
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                sp = self._spawned = spawn(bpf_source_path(), cflags)
+            except OSError as exc:
+                self._fail(f"cannot start the compiler process: {exc}", None)
+                return
         try:
-            bpf = bcc.BPF(src_file=bpf_source_path().encode(), cflags=cflags)
-        except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            self._fail(
-                f"BPF program failed to load: {first}",
-                "see the compiler output on stderr; `gputop doctor` checks headers and tracefs",
-            )
+            ho = receive(sp, timeout_s=120)
+        except HandoverError as exc:
+            if exc.unavailable:
+                # find_bcc's reason already names the package to install.
+                self._fail(exc.reason, None)
+            else:
+                self._fail(
+                    f"BPF program failed to load: {exc.reason}",
+                    "run `gputop doctor`: it checks bcc, kernel headers and tracefs",
+                )
+            return
+        finally:
+            with self._lock:
+                self._spawned = None
+        try:
+            maps = ho.open_maps(MAP_TYPES)
+        except (LayoutMismatch, BpfError) as exc:
+            ho.close()
+            self._fail(f"gputop does not match its BPF program: {exc}", "reinstall gputop")
             return
         with self._lock:
             if self._closed:
-                bpf.cleanup()
+                ho.close()
                 return
-            self._bpf = bpf
+            self._handover = ho
+            self._maps = maps
             self._last_ns = time.monotonic_ns()
             self.attach_s = time.monotonic() - started
             self._status = SourceStatus("sched", "bpf", True, None)
 
     def program_fds(self) -> dict[str, int]:
         """Name -> file descriptor of each attached BPF program (for bpf_stats in bench/)."""
-        bpf = self._bpf
-        if bpf is None:
-            return {}
-        return {
-            (k.decode() if isinstance(k, bytes) else str(k)): int(fn.fd)
-            for k, fn in bpf.funcs.items()
-        }
+        ho = self._handover
+        return dict(ho.programs) if ho is not None else {}
 
     # ---- reading --------------------------------------------------------------
 
-    def _items(self, table: Any) -> Iterator[tuple[Any, Any]]:
-        try:
-            yield from table.items_lookup_batch()
-        except Exception:  # noqa: BLE001 - kernels before 5.6 have no batch ops
-            yield from table.items()
-
     def map_keys(self) -> tuple[set[int], set[int]]:
         """(tids, tgids) that have entries in the kernel maps now."""
-        bpf = self._bpf
-        if bpf is None:
+        maps = self._maps
+        if not maps:
             return set(), set()
-        tids = {_as_int(k) for k, _ in self._items(bpf[b"threads"])}
-        tgids = {_as_int(k) for k, _ in self._items(bpf[b"groups"])}
+        tids = {_as_int(k) for k in maps["threads"].keys()}
+        tgids = {_as_int(k) for k in maps["groups"].keys()}
         return tids, tgids
 
     def read(self) -> ProbeReading | None:
         """Deltas since the previous read (the first one: since attach); None until attached."""
-        bpf = self._bpf
-        if bpf is None or self._last_ns is None:
+        maps = self._maps
+        if not maps or self._last_ns is None:
             return None
-        epoch_map = bpf[b"epoch"]
+        epoch_map = maps["epoch"]
         ended = self._epoch
         self._epoch = (ended + 1) & 0xFFFFFFFF
         epoch_map[epoch_map.Key(0)] = epoch_map.Leaf(self._epoch)
@@ -351,9 +422,9 @@ class BpfSchedProbe:
         dt_ns = max(1, now - self._last_ns)
         self._last_ns = now
 
-        threads = list(self._items(bpf[b"threads"]))
-        groups = list(self._items(bpf[b"groups"]))
-        errors = sum(_as_int(v) for _, v in bpf[b"errors"].items())
+        threads = maps["threads"].items()
+        groups = maps["groups"].items()
+        errors = sum(_as_int(v) for _, v in maps["errors"].items())
 
         per_tid: dict[int, TaskSched] = {}
         group_cum: dict[int, _Cum] = {}
@@ -447,7 +518,7 @@ class BpfSchedProbe:
                 "sched",
                 "bpf",
                 True,
-                f"eBPF probe: {self._errors_seen} failed map updates ({self._error_detail(bpf)});"
+                f"eBPF probe: {self._errors_seen} failed map updates ({self._error_detail(maps)});"
                 " some threads are not tracked",
                 f"raise the map bounds (max_threads={self.max_threads},"
                 f" max_tgids={self.max_tgids}) in BpfSchedProbe",
@@ -457,9 +528,9 @@ class BpfSchedProbe:
             self.sweep(group_cum.keys() | group_rows.keys(), per_tid.keys())
         return ProbeReading(dt_ns=dt_ns, per_tgid=per_tgid, per_tid=per_tid, map_errors=new_errors)
 
-    def _error_detail(self, bpf: Any) -> str:
+    def _error_detail(self, maps: dict[str, BpfMap]) -> str:
         parts = []
-        for k, v in bpf[b"errors"].items():
+        for k, v in maps["errors"].items():
             n = _as_int(v)
             idx = _as_int(k)
             if n and idx < len(_ERROR_NAMES):
@@ -472,19 +543,19 @@ class BpfSchedProbe:
         The probe frees entries itself at exit; this is the backstop for the
         narrow races around exit (see docs/ebpf.md). Returns how many it freed.
         """
-        bpf = self._bpf
-        if bpf is None:
+        maps = self._maps
+        if not maps:
             return 0
         freed = 0
         gone_groups = [g for g in tgids if not os.path.exists(f"{self.proc_root}/{g}")]
-        table = bpf[b"groups"]
+        table = maps["groups"]
         for g in gone_groups:
             try:
                 del table[table.Key(g)]
                 freed += 1
             except KeyError:
                 pass
-        table = bpf[b"threads"]
+        table = maps["threads"]
         for tid in tids:
             tgid = self._prev_tid[tid].tgid if tid in self._prev_tid else tid
             if not os.path.exists(f"{self.proc_root}/{tgid}/task/{tid}"):
