@@ -104,7 +104,7 @@ def _mem(mib: int | None, on_gpu: bool) -> str:
 
 
 def matches(p: ProcessSample, needle: str) -> bool:
-    """Case-insensitive substring match on pid, user, role and command line."""
+    """Case-insensitive substring match on pid, user, role, command line and pod."""
     if not needle:
         return True
     n = needle.lower()
@@ -114,6 +114,7 @@ def matches(p: ProcessSample, needle: str) -> bool:
         or n in p.role.lower()
         or n in p.comm.lower()
         or n in p.cmdline.lower()
+        or (p.pod_name is not None and n in f"{p.pod_namespace}/{p.pod_name}".lower())
     )
 
 
