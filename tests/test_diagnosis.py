@@ -206,6 +206,17 @@ RULES = [
         "busy_but_starving",
         id="proc-trainer-queues-on-wakeup-a-quarter-of-its-time",
     ),
+    # /proc: the memory-bound demo on a lightly loaded host (bench numbers): the trainer
+    # queues 5-12% after its GPU sync, its workers barely; the kernels are the cause.
+    pytest.param(
+        Case(
+            Gpu(util=99.8, sm=21.5),
+            (trainer(cpu=8.0, off=92.4, runq=12.5), *workers(2, cpu=5.0, runq=7.0)),
+            Host(cpu=75.0),
+        ),
+        "low_sm_efficiency",
+        id="proc-trainer-queues-a-little-on-a-lightly-loaded-host",
+    ),
     # The case under /proc: the trainer sleeps (on its batches, unmeasured),
     # its workers wait for a CPU 69% on saturated CPUs.
     pytest.param(

@@ -512,8 +512,13 @@ def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
         # /proc alone cannot tell a trainer asleep on its GPU from one asleep on its
         # batches: CPU starvation is shown by run queues, waiting for input by busy
         # workers beside a mostly sleeping trainer.
+        # Its run-queue share is the part of its host wait /proc does measure: starved
+        # when that alone is material (a trainer queueing 5-12% on a lightly loaded
+        # host is not), or when its workers are starved on saturated CPUs.
         saturated = cpus_saturated(host, t)
-        starved = trainer_starved or (workers_starved and saturated)
+        starved = (tr.runq_pct or 0.0) >= max(t.host_wait_pct, t.runq_high_pct) or (
+            workers_starved and saturated
+        )
         inp = (
             not starved
             and wk is not None
