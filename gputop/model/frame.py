@@ -85,6 +85,9 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     sm_clock_max_mhz: int | None = None
     power_avg_w: float | None = None
+    # Where sm_active (and occupancy, tensor, DRAM) came from: "gpm" (NVML), "dcgm"
+    # (a dcgm-exporter on the node), "demo"; None while SM activity is n/a.
+    sm_source: str | None = None
 
     @property
     def power_pct(self) -> float | None:
@@ -178,6 +181,13 @@ class ProcessSample:
     """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
     cpu_quota: float | None = None
     """CPUs' worth of time its cgroup allows (tightest ``cpu.max`` up the tree); None: no limit."""
+    # The container and Kubernetes pod the process runs in, from its cgroup path
+    # (gputop/sources/cgroup.py); None outside containers or where not derivable.
+    container_id: str | None = None
+    container_runtime: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property
