@@ -29,7 +29,7 @@ from textual.reactive import reactive
 from textual.signal import Signal
 from textual.widgets import Input
 
-from gputop.config import Config, load_config
+from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.messages import (
     FilterCancelled,
@@ -58,6 +58,7 @@ from gputop.widgets.key_footer import KeyFooter
 from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
 from gputop.widgets.verdict_panel import VerdictPanel
+from gputop.widgets.wait_bars import TrainerWaitBars
 
 HISTORY_WINDOW_S = 600.0
 # What the help says of the drill-down's own keys (read from its BINDINGS).
@@ -269,6 +270,7 @@ class GputopApp(App[int]):
         yield HostHeader(id="host")
         yield VerdictPanel(id="verdict")
         yield GpuArea(id="gpus")
+        yield TrainerWaitBars(id="waits")
         yield ProcessTable(id="procs")
         yield FindBar(
             "Filter",
@@ -377,6 +379,7 @@ class GputopApp(App[int]):
                 frame.verdicts, self.history.frames, has_gpus=bool(frame.gpus)
             )
             self.query_one(GpuArea).show(frame, self.history)
+            self.query_one(TrainerWaitBars).show(frame.processes)
             self.table.show(frame.processes, self.history.preempt_base)
             self.query_one(StatusLine).show_frame(frame)
         self.history_updated.publish(self.history)
@@ -583,13 +586,12 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def run_app(args: argparse.Namespace, opts: Options) -> int:
+def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     """The default command: the live TUI, a demo, or a replay of a snapshot bundle.
 
     Exit status: 0 after q, F10 or Ctrl-C; 128 + N after signal N (SIGINT 130,
     SIGTERM 143, SIGHUP 129) at any moment, start-up included.
     """
-    config = load_config()
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)

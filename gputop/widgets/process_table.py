@@ -46,23 +46,27 @@ def _num(v: float | None) -> float:
 
 COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", 7, lambda p: p.pid, True),
-    Column("role", "ROLE", 6, lambda p: p.role, False, drop=5),
+    Column("role", "ROLE", 6, lambda p: p.role, False, drop=6),
     Column("user", "USER", 8, lambda p: p.user, False, drop=1),
     Column("cpu", "CPU%", 5, lambda p: p.cpu_pct, True, True),
     Column("offcpu", "OFF%", 5, lambda p: _num(p.offcpu_pct), True, True),
-    Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True, drop=6),
+    Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True, drop=7),
     Column("preempt", "PRE/s", 6, lambda p: p.preempt_per_s, True, True),
     # Preemptions since gputop first saw the process; sorted through ``arrange``'s base.
-    Column("pretotal", "PRE", 6, lambda p: p.preempt_total, True, True, drop=3),
-    Column("gpu", "GPU", 3, lambda p: p.gpus, False, drop=4),
+    Column("pretotal", "PRE", 6, lambda p: p.preempt_total, True, True, drop=4),
+    Column("gpu", "GPU", 3, lambda p: p.gpus, False, drop=5),
     Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True, drop=2),
     Column("command", "COMMAND", 0, lambda p: command_text(p), False),
 )
 MIN_COMMAND_W = 20
 HSCROLL_STEP = 8
+# Shown before COMMAND only while some process runs in a container or pod
+# (gputop/sources/cgroup.py): the pod's namespace/name, else the short container id.
+POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False, drop=3)
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-COLUMN_INDEX = {c.key: i for i, c in enumerate(COLUMNS)}
-_BY_KEY = {c.key: c for c in COLUMNS}
+# Where each column's cell sits in a row's cells (POD's only exists while it is shown).
+COLUMN_INDEX = {c.key: i for i, c in enumerate((*COLUMNS[:-1], POD_COLUMN))}
+_BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN)}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
 
 
@@ -74,6 +78,17 @@ def column(key: str) -> Column:
 def sort_label(view: TableView) -> str:
     """The sort as the status line shows it: the column's header and ▼ or ▲."""
     return column(view.sort_key).label + ("▼" if view.reverse else "▲")
+
+
+def pod_text(p: ProcessSample) -> str:
+    """Where the process runs: namespace/pod, the pod's UID, a container id, or ""."""
+    if p.pod_name is not None:
+        return f"{p.pod_namespace}/{p.pod_name}"
+    if p.pod_uid is not None:
+        return f"pod {p.pod_uid[:8]}"
+    if p.container_id is not None:
+        return p.container_id[:12]
+    return ""
 
 
 def command_text(p: ProcessSample) -> str:
@@ -115,14 +130,14 @@ def count_text(n: int | None) -> str:
     return f"{n / 1e6:.1f}M"
 
 
-def visible_columns(width: int) -> tuple[Column, ...]:
-    """The columns that fit ``width`` with COMMAND keeping ``MIN_COMMAND_W``, by priority."""
-    cols = list(COLUMNS[:-1])
+def visible_columns(width: int, columns: Sequence[Column] = COLUMNS) -> tuple[Column, ...]:
+    """The ``columns`` that fit ``width`` with COMMAND keeping ``MIN_COMMAND_W``, by priority."""
+    cols = list(columns[:-1])
     for col in sorted((c for c in cols if c.drop), key=lambda c: c.drop):
         if width - sum(c.width + GUTTER for c in cols) - GUTTER >= MIN_COMMAND_W:
             break
         cols.remove(col)
-    return (*cols, COLUMNS[-1])
+    return (*cols, columns[-1])
 
 
 def _mem(mib: int | None, on_gpu: bool) -> str:
@@ -264,6 +279,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._header: Strip | None = None
         self._styles: dict[str, Style] = {}
         self._widths: tuple[int, ...] = ()
+        self._columns: tuple[Column, ...] = COLUMNS
         super().__init__(id=id)
 
     # ---- data ---------------------------------------------------------------
@@ -314,6 +330,14 @@ class ProcessTable(ScrollView, can_focus=True):
         self._procs = tuple(procs)
         if base is not None:
             self.base = base
+        columns = COLUMNS
+        if any(pod_text(p) for p in self._procs):
+            columns = (*COLUMNS[:-1], POD_COLUMN, COLUMNS[-1])
+        if columns != self._columns:
+            # Every row and the header change shape.
+            self._columns = columns
+            self._cells, self._strips, self._header = {}, {}, None
+            self.refresh()
         self._apply()
 
     @property
@@ -411,6 +435,11 @@ class ProcessTable(ScrollView, can_focus=True):
             (count_text(p.preempt_total - self.base.get(p.key, p.preempt_total)), ""),
             (",".join(str(g) for g in p.gpus), ""),
             (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
+            *(
+                ((pod_text(p), "process-table--muted"),)
+                if len(self._columns) > len(COLUMNS)
+                else ()
+            ),
             (prefix, "process-table--muted"),
             (command_text(p)[:300], role_cls),
         )
@@ -430,10 +459,11 @@ class ProcessTable(ScrollView, can_focus=True):
         return style
 
     def _column_widths(self, width: int) -> tuple[int, ...]:
-        visible = visible_columns(width)
+        visible = visible_columns(width, self._columns)
         if visible != self._visible:
             self._visible = visible
             self._header = None
+            self._strips = {}
         fixed = [c.width for c in visible[:-1]]
         rest = max(8, width - sum(fixed) - GUTTER * len(fixed) - GUTTER)
         return (*fixed, rest)

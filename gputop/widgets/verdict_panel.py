@@ -19,10 +19,10 @@ from rich.text import Text
 from textual import events
 from textual.widget import Widget
 
-from gputop.model.frame import Frame, Verdict
+from gputop.model.frame import Frame, Verdict, VerdictState
 
 # Worst first: the panel leads with the most urgent verdict any GPU has.
-SEVERITY = (
+SEVERITY: tuple[VerdictState, ...] = (
     "busy_but_starving",
     "input_bound",
     "throttled",
@@ -31,7 +31,7 @@ SEVERITY = (
     "idle",
     "ok",
 )
-TITLES = {
+TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
     "input_bound": "INPUT BOUND",
     "throttled": "THROTTLED",
