@@ -88,11 +88,12 @@ class GroupT(ctypes.Structure):
     )
 
 
-# Every map of the program: name -> (key type, value type).
-MAP_TYPES: dict[str, tuple[Any, Any]] = {
+# Every map of the program: name -> (key type, value type), None for a map only
+# the kernel side uses.
+MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
     "threads": (ctypes.c_uint32, ThreadT),
     "groups": (ctypes.c_uint32, GroupT),
-    "exiting": (ctypes.c_uint32, ctypes.c_uint8),
+    "exiting": None,
     "epoch": (ctypes.c_int32, ctypes.c_uint32),
     "errors": (ctypes.c_int32, ctypes.c_uint64),
 }
