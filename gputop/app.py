@@ -30,7 +30,7 @@ from textual.reactive import reactive
 from textual.signal import Signal
 from textual.widgets import Footer
 
-from gputop.config import Config, load_config
+from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.messages import (
     FilterCancelled,
@@ -523,13 +523,12 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def run_app(args: argparse.Namespace, opts: Options) -> int:
+def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     """The default command: the live TUI, a demo, or a replay of a snapshot bundle.
 
     Exit status: 0 after q, F10 or Ctrl-C; 128 + N after signal N (SIGINT 130,
     SIGTERM 143, SIGHUP 129) at any moment, start-up included.
     """
-    config = load_config()
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)

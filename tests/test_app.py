@@ -20,6 +20,7 @@ from frames_fixture import (
     make_frame,
     make_frames,
 )
+from textual.pilot import Pilot
 
 from gputop.app import GputopApp, ReplayFeed
 from gputop.config import Config, load_config, parse_config
@@ -53,6 +54,16 @@ def pids(table: ProcessTable) -> list[int]:
 
 def status_text(app: GputopApp) -> str:
     return str(app.query_one(StatusLine).render())
+
+
+async def open_starving_trainer(app: GputopApp, pilot: Pilot[int]) -> ProcessScreen:
+    """Select the starving trainer and press Enter: its drill-down."""
+    await pilot.pause()
+    assert app.table.select_key(STARVING_KEY)
+    await pilot.press("enter")
+    await pilot.pause()
+    assert isinstance(app.screen, ProcessScreen)
+    return app.screen
 
 
 # ---- main screen ---------------------------------------------------------------
@@ -255,12 +266,7 @@ async def test_pause_freezes_the_display_while_history_keeps_growing() -> None:
 async def test_enter_opens_the_drilldown_and_escape_returns_with_selection_kept() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ProcessScreen)
+        screen = await open_starving_trainer(app, pilot)
         assert screen.key == (STARVING_TRAINER_PID, 1000)
         threads = screen.query_one("#threads")
         assert threads.row_count == 4  # type: ignore[attr-defined]
@@ -279,11 +285,7 @@ async def test_drilldown_follows_new_frames() -> None:
     app = GputopApp(feed)
     async with app.run_test(size=(120, 40)) as pilot:
         feed.push(make_frame(0))
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ProcessScreen)
+        await open_starving_trainer(app, pilot)
         feed.push(make_frame(1))
         await pilot.pause()
         assert len(app.screen.history) == 2
@@ -379,11 +381,7 @@ async def test_k_in_the_drilldown_asks_the_app_to_kill_that_process(posted: Post
     app = GputopApp(feed)
     async with app.run_test(size=(120, 40), message_hook=posted) as pilot:
         feed.push(make_frame(0))
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ProcessScreen)
+        await open_starving_trainer(app, pilot)
         # The table's cursor moves away underneath; the drill-down still names its own process.
         app.table.action_jump(-1)
         await pilot.press("k")
@@ -414,13 +412,9 @@ async def test_view_changes_are_posted_and_shown_on_the_status_line(posted: Post
 async def test_scrubbing_refills_the_history_an_open_drilldown_holds() -> None:
     app = replay_app(10)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
         history = app.history
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ProcessScreen) and screen.history is history
+        screen = await open_starving_trainer(app, pilot)
+        assert screen.history is history
         assert len(history) == 10
         app.action_scrub(-3)
         await pilot.pause()
@@ -441,12 +435,8 @@ async def test_markup_in_command_lines_and_thread_names_is_shown_verbatim() -> N
             for p in f.processes
         )
         feed.push(replace(f, processes=procs))
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ProcessScreen)
-        assert evil in str(app.screen.query_one("#head").render())
+        screen = await open_starving_trainer(app, pilot)
+        assert evil in str(screen.query_one("#head").render())
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, KillScreen)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_gputop
 
 from tests.contract import check_frame
 from tests.fakenvml import (
@@ -21,19 +22,9 @@ from tests.fakenvml import (
     fake_uuid,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def record(env: dict[str, str], *args: str, timeout_s: float = 60) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "gputop", "record", "--no-bpf", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=True,
-    )
+    out = run_gputop("record", "--no-bpf", *args, env=env, timeout=timeout_s, check=True)
     assert "Traceback" not in out.stderr
     frames = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     for f in frames:
