@@ -138,7 +138,8 @@ def check_kernel_headers(release: str | None = None) -> Check:
     if found is not None:
         target = os.path.realpath(found)
         shown = f"{found} -> {target}" if target != found else found
-        built_for = _headers_release(found)
+        # Debian's common "source" tree has no generated headers; its "build" sibling does.
+        built_for = _headers_release(found) or _headers_release(f"/lib/modules/{release}/build")
         if built_for is not None and built_for != release:
             return Check(
                 "kernel headers",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -73,6 +73,15 @@ def start_gputop(
         text=True,
         **kw,
     )
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A real process to signal or watch; killed at teardown whatever the test did to it."""
+    p = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    yield p
+    p.kill()
+    p.wait()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -447,10 +446,6 @@ async def test_markup_in_command_lines_and_thread_names_is_shown_verbatim() -> N
 # ---- kill --------------------------------------------------------------------
 
 
-def _child() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-
-
 def _frame_with(child: subprocess.Popen[bytes]) -> Frame:
     with open(f"/proc/{child.pid}/stat", "rb") as fh:
         start = int(fh.read().rsplit(b")", 1)[1].split()[19])
@@ -476,85 +471,65 @@ def _frame_with(child: subprocess.Popen[bytes]) -> Frame:
 
 @pytest.mark.parametrize(("key", "expected"), [("t", -signal.SIGTERM), ("K", -signal.SIGKILL)])
 async def test_kill_confirmed_signals_the_real_child(
-    key: str, expected: int, posted: Posted
+    key: str, expected: int, posted: Posted, sleeper: subprocess.Popen[bytes]
 ) -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed)
-        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
-            feed.push(_frame_with(child))
-            await pilot.pause()
-            assert app.table.selected is not None and app.table.selected.pid == child.pid
-            await pilot.press("k")
-            assert isinstance(app.screen, KillScreen)
-            await pilot.press(key)
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            assert child.wait(timeout=10) == expected
-            [done] = posted.of(ProcessSignalled)
-            assert done.outcome.sent and done.outcome.pid == child.pid
-            assert f"to PID {child.pid}" in posted.notes()[-1]
-    finally:
-        child.kill()
-        child.wait()
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        feed.push(_frame_with(sleeper))
+        await pilot.pause()
+        assert app.table.selected is not None and app.table.selected.pid == sleeper.pid
+        await pilot.press("k")
+        assert isinstance(app.screen, KillScreen)
+        await pilot.press(key)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert sleeper.wait(timeout=10) == expected
+        [done] = posted.of(ProcessSignalled)
+        assert done.outcome.sent and done.outcome.pid == sleeper.pid
+        assert f"to PID {sleeper.pid}" in posted.notes()[-1]
 
 
-async def test_kill_cancelled_leaves_the_process_alone() -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed)
-        async with app.run_test(size=(80, 24)) as pilot:
-            feed.push(_frame_with(child))
-            await pilot.pause()
-            await pilot.press("k", "escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, KillScreen)
-            assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+async def test_kill_cancelled_leaves_the_process_alone(sleeper: subprocess.Popen[bytes]) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed.push(_frame_with(sleeper))
+        await pilot.pause()
+        await pilot.press("k", "escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, KillScreen)
+        assert sleeper.poll() is None
 
 
-async def test_kill_refuses_a_reused_pid(posted: Posted) -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed)
-        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
-            f = _frame_with(child)
-            stale = replace(f.processes[0], start_time=f.processes[0].start_time - 1)
-            feed.push(replace(f, processes=(stale, *f.processes[1:])))
-            await pilot.pause()
-            await pilot.press("k", "t")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            assert child.poll() is None
-            [done] = posted.of(ProcessSignalled)
-            assert not done.outcome.sent and "different process" in done.outcome.message
-    finally:
-        child.kill()
-        child.wait()
+async def test_kill_refuses_a_reused_pid(posted: Posted, sleeper: subprocess.Popen[bytes]) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        f = _frame_with(sleeper)
+        stale = replace(f.processes[0], start_time=f.processes[0].start_time - 1)
+        feed.push(replace(f, processes=(stale, *f.processes[1:])))
+        await pilot.pause()
+        await pilot.press("k", "t")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert sleeper.poll() is None
+        [done] = posted.of(ProcessSignalled)
+        assert not done.outcome.sent and "different process" in done.outcome.message
 
 
-async def test_readonly_refuses_to_kill(posted: Posted) -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed, readonly=True)
-        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
-            feed.push(_frame_with(child))
-            await pilot.pause()
-            await pilot.press("k")
-            await pilot.pause()
-            assert [m.process.pid for m in posted.of(KillRequested)] == [child.pid]
-            assert not isinstance(app.screen, KillScreen)
-            assert any("read-only" in n for n in posted.notes())
-            assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+async def test_readonly_refuses_to_kill(posted: Posted, sleeper: subprocess.Popen[bytes]) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed, readonly=True)
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        feed.push(_frame_with(sleeper))
+        await pilot.pause()
+        await pilot.press("k")
+        await pilot.pause()
+        assert [m.process.pid for m in posted.of(KillRequested)] == [sleeper.pid]
+        assert not isinstance(app.screen, KillScreen)
+        assert any("read-only" in n for n in posted.notes())
+        assert sleeper.poll() is None
 
 
 # ---- config ------------------------------------------------------------------
