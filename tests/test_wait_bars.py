@@ -118,3 +118,12 @@ def test_a_frame_carrying_earlier_blocked_time_is_scaled_into_its_blocked_share(
     still_asleep = replace(p, wait_input_pct=5.0, wait_irq_pct=0.0)
     split = wait_split(still_asleep)
     assert split is not None and split.pct("other") == 25.0
+
+
+async def test_narrow_terminal_uses_short_names_and_the_bars_line_up() -> None:
+    text = await _bar_text(make_frames(20), (60, 20))
+    rows = text.splitlines()
+    assert rows[0].startswith(f"{STARVING_TRAINER_PID} pyt")
+    assert " wait " in rows[0] and " in " in rows[0] and " oth " in rows[0]
+    assert all(len(r) <= 58 for r in rows)
+    assert len({r.index("▏") for r in rows}) == 1

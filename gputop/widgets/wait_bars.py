@@ -21,8 +21,18 @@ SHORT = {
     "other": "other",
     "blocked": "blocked",
 }
+# Where the full names do not fit (below ~80 columns).
+COMPACT = {
+    "cpu": "cpu",
+    "runq": "wait",
+    "input": "in",
+    "irq": "gpu",
+    "other": "oth",
+    "blocked": "blk",
+}
 MAX_LINES = 3
 LABEL_W = 14
+COMPACT_LABEL_W = 8
 MIN_BAR_W = 10
 
 
@@ -41,9 +51,9 @@ def bar_cells(split: WaitSplit, width: int) -> list[tuple[str, int]]:
     return runs
 
 
-def legend(split: WaitSplit) -> str:
+def legend(split: WaitSplit, names: dict[str, str] = SHORT) -> str:
     """The numbers beside the bar: ``cpu 3 cpu-wait 10 input 32 gpu/irq 50 other 5``."""
-    return " ".join(f"{SHORT[s.key]} {s.pct:.0f}" for s in split.segments)
+    return " ".join(f"{names[s.key]} {s.pct:.0f}" for s in split.segments)
 
 
 class TrainerWaitBars(Static):
@@ -119,28 +129,39 @@ class TrainerWaitBars(Static):
         width = max(40, self.content_size.width or 78)
         shown = self._rows[:MAX_LINES]
         more = len(self._rows) - len(shown)
-        for i, (p, split) in enumerate(shown):
+        notes = []
+        for i, (_p, split) in enumerate(shown):
+            note = "" if split.measured else " (split needs eBPF)"
+            if more and i == len(shown) - 1:
+                note += f" +{more} more"
+            notes.append(note)
+        names, label_w = SHORT, LABEL_W
+        widest = max(
+            (len(legend(sp) + n) for (_p, sp), n in zip(shown, notes, strict=True)), default=0
+        )
+        if LABEL_W + MIN_BAR_W + widest + 4 > width:
+            names, label_w = COMPACT, COMPACT_LABEL_W
+            notes = [n.replace(" (split needs eBPF)", " (no eBPF)") for n in notes]
+        # One bar width for every row, so the bars line up and compare.
+        widest = max(
+            (len(legend(sp, names) + n) for (_p, sp), n in zip(shown, notes, strict=True)),
+            default=0,
+        )
+        bar_w = max(MIN_BAR_W, width - label_w - widest - 4)
+        for i, ((p, split), note) in enumerate(zip(shown, notes, strict=True)):
             if i:
                 out.append("\n")
-            label = f"{p.pid} {p.comm}"[:LABEL_W].ljust(LABEL_W)
+            label = f"{p.pid} {p.comm}"[:label_w].ljust(label_w)
             out.append(label, style=self._style("label"))
-            tail = legend(split)
-            if not split.measured:
-                tail += " (split needs eBPF)"
-            if more and i == len(shown) - 1:
-                tail += f" +{more} more"
-            bar_w = max(MIN_BAR_W, width - LABEL_W - len(tail) - 4)
             out.append(" ▕")
             for key, cells in bar_cells(split, bar_w):
                 out.append(GLYPHS[key] * cells, style=self._style(key))
             out.append("▏ ")
-            for j, s in enumerate(split.segments):
+            for j, seg in enumerate(split.segments):
                 if j:
                     out.append(" ")
-                out.append(f"{SHORT[s.key]} ", style=self._style("label"))
-                out.append(f"{s.pct:.0f}", style=self._style(s.key))
-            if not split.measured:
-                out.append(" (split needs eBPF)", style=self._style("note"))
-            if more and i == len(shown) - 1:
-                out.append(f" +{more} more", style=self._style("note"))
+                out.append(f"{names[seg.key]} ", style=self._style("label"))
+                out.append(f"{seg.pct:.0f}", style=self._style(seg.key))
+            if note:
+                out.append(note, style=self._style("note"))
         return out
