@@ -2,8 +2,16 @@
 // run-queue wait and blocked time, with context-switch counts and a log2
 // histogram of off-CPU stretches. Loaded by bcc (gputop/sources/sched_probe.py).
 //
-// sched:sched_switch does the work; sched:sched_wakeup only stamps when a
-// blocked thread became runnable again; sched:sched_process_exit frees entries.
+// sched:sched_switch does the work; sched:sched_waking classifies who woke a
+// blocked thread (its input pipeline, another thread of its process, interrupt
+// context, another process); sched:sched_wakeup stamps when it became runnable
+// again; sched:sched_process_exit frees entries. The irq, softirq, timer and
+// x86 vector entry/exit tracepoints only keep a per-CPU interrupt nesting depth,
+// so a wake-up raised in an interrupt is never blamed on the task it interrupted.
+//
+// Every handler returns 1: for a tracepoint program, 0 tells the kernel to drop
+// the event for every perf consumer of that tracepoint (perf record, other
+// tools), and the result of several programs is ANDed.
 //
 // It reads ONLY the tracepoints' own fields (whose layout bcc takes from tracefs
 // at compile time) and helper values. It never reads a kernel struct: the
@@ -19,8 +27,18 @@
 //                           read from this kernel's sched_switch print format
 //   DEAD_MASK               prev_state bits of an exiting task (X Z)
 //   HIST_SLOTS              log2 histogram buckets
+//   MAX_PIPELINE            bound of the pipeline/watched maps (user space fills them)
+//   MAX_PREEMPT             bound of the (victim, preemptor) map
 
 #include <uapi/linux/ptrace.h>
+
+// Who woke a blocked thread (index of thread_t.wait_ns). Same order in user space.
+#define WAKE_NONE 0    // no sched_waking seen for this stretch
+#define WAKE_INPUT 1   // its input pipeline: a worker or pin-memory thread of its trainer
+#define WAKE_THREAD 2  // another thread of its own process
+#define WAKE_IRQ 3     // interrupt context (timers, device interrupts, IPIs)
+#define WAKE_OTHER 4   // another process
+#define WAKE_CLASSES 5
 
 // Per thread, keyed by tid. Written only around that thread's own switches,
 // which the scheduler serialises, so plain stores are enough.
@@ -38,6 +56,16 @@ struct thread_t {
     u32 longest_ep[2];
     u32 tgid;
     u32 runnable;    // state at the last switch-out
+    // Blocked time by who ended it (WAKE_* below); [WAKE_NONE]: no sched_waking seen.
+    u64 wait_ns[WAKE_CLASSES];
+    // The first blocked stretch that ended in epoch span_ep: its start and class,
+    // so user space can move time it credited as "not yet woken" at its last
+    // read into the class this stretch turned out to have.
+    u64 span_out_ts;
+    u32 span_ep;
+    u32 span_class;
+    u32 wake_class;  // class of the waking that ended the current blocked stretch
+    u32 preempt_by;  // tgid that took the CPU at the last preemption (watched only)
 };
 
 // Per thread group, keyed by tgid. Threads of a group switch on several CPUs at
@@ -54,17 +82,38 @@ struct group_t {
     u64 hist[HIST_SLOTS]; // off-CPU stretches by floor(log2(ns))
 };
 
+// Preempted run-queue time of a watched process, per process that took the CPU.
+struct preempt_key_t {
+    u32 victim;  // tgid
+    u32 by;      // tgid (a kernel thread's pid)
+};
+struct preempt_val_t {
+    u64 ns;
+    u64 count;
+};
+
 BPF_HASH(threads, u32, struct thread_t, MAX_THREADS);
 BPF_HASH(groups, u32, struct group_t, MAX_TGIDS);
 // Threads between sched_process_exit and their last switch-out, so a switch in
 // that window does not create their entries again. LRU: a missed last switch
 // can never fill it.
 BPF_TABLE("lru_hash", u32, u8, exiting, MAX_THREADS);
+// User space's view of the training jobs, refreshed each tick from the roles:
+// a DataLoader worker process (tgid), pin-memory thread or thread worker (tid)
+// -> the tgid of the trainer it feeds.
+BPF_HASH(pipeline, u32, u32, MAX_PIPELINE);
+// tgids whose preemptors are recorded (trainers and their workers).
+BPF_HASH(watched, u32, u8, MAX_PIPELINE);
+BPF_HASH(preempt, struct preempt_key_t, struct preempt_val_t, MAX_PREEMPT);
+// Interrupt nesting depth of each CPU (hard irq, softirq, timer callbacks,
+// x86 vectors), from their entry/exit tracepoints.
+BPF_PERCPU_ARRAY(irq_depth, u32, 1);
 // [0] user space's interval counter, flipped once per read.
 BPF_ARRAY(epoch, u32, 1);
 // Failed map updates: [0] thread map full, [1] group map full,
-// [2] "current" was not sched_switch's prev (should never happen).
-BPF_ARRAY(errors, u64, 3);
+// [2] "current" was not sched_switch's prev (should never happen),
+// [3] preemptor map full.
+BPF_ARRAY(errors, u64, 4);
 
 static __always_inline void count_error(int idx) {
     u64 *e = errors.lookup(&idx);
@@ -123,18 +172,47 @@ static __always_inline void retire_thread(u32 tid) {
     threads.delete(&tid);
 }
 
-// Split the off-CPU stretch [out, end) into run-queue wait and blocked time.
-// A blocked stretch turns into run-queue wait at its wakeup, as the kernel's
-// own run_delay does.
-static __always_inline void account_offcpu(struct thread_t *t, u64 out, u64 end) {
+// Split the off-CPU stretch [out, end) into run-queue wait and blocked time,
+// and the blocked part by who woke it. A blocked stretch turns into run-queue
+// wait at its wakeup, as the kernel's own run_delay does.
+static __always_inline void account_offcpu(struct thread_t *t, u64 out, u64 end, u32 cur) {
     if (t->runnable) {
         t->runq_ns += end - out;
-    } else if (t->wake_ts > out && t->wake_ts <= end) {
-        t->blocked_ns += t->wake_ts - out;
-        t->runq_ns += end - t->wake_ts;
-    } else {
-        t->blocked_ns += end - out;
+        return;
     }
+    u64 blocked = end - out;
+    if (t->wake_ts > out && t->wake_ts <= end) {
+        blocked = t->wake_ts - out;
+        t->runq_ns += end - t->wake_ts;
+    }
+    t->blocked_ns += blocked;
+    u32 cls = t->wake_class;
+    if (cls >= WAKE_CLASSES)
+        cls = WAKE_NONE;
+    t->wait_ns[cls] += blocked;
+    if (t->span_ep != cur) {
+        t->span_ep = cur;
+        t->span_out_ts = out;
+        t->span_class = cls;
+    }
+}
+
+// A preempted stretch of a watched thread ended: charge it to whoever took the CPU.
+static __always_inline void account_preempt(struct thread_t *t, u64 d) {
+    struct preempt_key_t k = {.victim = t->tgid, .by = t->preempt_by};
+    struct preempt_val_t *v = preempt.lookup(&k);
+    if (!v) {
+        struct preempt_val_t zero = {};
+        if (preempt.insert(&k, &zero) != 0 && preempt.lookup(&k) == NULL) {
+            count_error(3);
+            return;
+        }
+        v = preempt.lookup(&k);
+        if (!v)
+            return;
+    }
+    __sync_fetch_and_add(&v->ns, d);
+    __sync_fetch_and_add(&v->count, 1);
 }
 
 TRACEPOINT_PROBE(sched, sched_switch) {
@@ -142,6 +220,9 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     u32 prev = args->prev_pid;
     u32 next = args->next_pid;
     long state = args->prev_state;
+    u32 cur = current_epoch();
+    // Looked up first: prev's entry records next's process when prev is preempted.
+    struct thread_t *tn = next != 0 ? threads.lookup(&next) : NULL;
 
     // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
     if (prev != 0) {
@@ -171,10 +252,12 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     // wakeup; the rest of the stretch is unknown.
                     t->missed += 1;
                     if (!t->runnable && t->wake_ts > t->out_ts && t->wake_ts <= now)
-                        t->blocked_ns += t->wake_ts - t->out_ts;
+                        account_offcpu(t, t->out_ts, t->wake_ts, cur);
                 }
                 t->in_ts = 0;
                 t->wake_ts = 0;
+                t->wake_class = WAKE_NONE;
+                t->preempt_by = 0;
                 t->out_ts = now;
                 // R (state 0) and R+ (preempted: only the bit above the report mask)
                 // are runnable; this is how the kernel picks nivcsw over nvcsw.
@@ -184,6 +267,10 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                 } else {
                     t->runnable = 1;
                     t->nivcsw += 1;
+                    u32 tgid = t->tgid;
+                    if (next != 0 && watched.lookup(&tgid))
+                        // next's tgid is known once it has switched out before.
+                        t->preempt_by = tn ? tn->tgid : next;
                 }
             }
         }
@@ -191,32 +278,72 @@ TRACEPOINT_PROBE(sched, sched_switch) {
 
     // The incoming thread: end its off-CPU stretch, if we saw it begin.
     if (next == 0)
-        return 0;
-    struct thread_t *t = threads.lookup(&next);
+        return 1;
+    struct thread_t *t = tn;
     if (!t)
-        return 0;
+        return 1;
     u64 out = t->out_ts;
     if (out == 0 && t->in_ts != 0)
         t->missed += 1;  // its switch-out was not delivered: that stretch is lost
     t->in_ts = now;
     if (out == 0 || now <= out)
-        return 0;
+        return 1;
     u64 d = now - out;
-    account_offcpu(t, out, now);
+    account_offcpu(t, out, now, cur);
+    if (t->runnable && t->preempt_by != 0)
+        account_preempt(t, d);
     t->out_ts = 0;
     t->wake_ts = 0;
-    u32 cur = current_epoch();
+    t->wake_class = WAKE_NONE;
+    t->preempt_by = 0;
     note_longest(t->longest_ns, t->longest_ep, cur, d);
 
     struct group_t *g = group_of(t->tgid);
     if (!g)
-        return 0;
+        return 1;
     note_longest(g->longest_ns, g->longest_ep, cur, d);
     u32 slot = bpf_log2l(d) - 1;  // bcc's bpf_log2l is floor(log2) + 1
     if (slot >= HIST_SLOTS)
         slot = HIST_SLOTS - 1;
     __sync_fetch_and_add(&g->hist[slot], 1);
-    return 0;
+    return 1;
+}
+
+static __always_inline u32 *irq_depth_slot(void) {
+    int zero = 0;
+    return irq_depth.lookup(&zero);
+}
+
+// Who is waking a blocked, tracked thread. It fires in the waker's context
+// (sched_wakeup may fire later on the target CPU, from an IPI), before the
+// wakee is queued; the first waking of a blocked stretch decides its class.
+TRACEPOINT_PROBE(sched, sched_waking) {
+    u32 tid = args->pid;
+    struct thread_t *t = threads.lookup(&tid);
+    if (!t || t->out_ts == 0 || t->runnable || t->wake_class != WAKE_NONE)
+        return 1;
+    u32 *depth = irq_depth_slot();
+    u64 id = bpf_get_current_pid_tgid();
+    u32 waker = id;
+    u32 waker_tgid = id >> 32;
+    u32 cls;
+    if ((depth && *depth > 0) || waker == 0) {
+        // In an interrupt "current" is whatever ran when it hit: not the waker.
+        // The idle task wakes nobody by itself: an untraced interrupt vector.
+        cls = WAKE_IRQ;
+    } else {
+        u32 *feeds = pipeline.lookup(&waker);
+        if (!feeds)
+            feeds = pipeline.lookup(&waker_tgid);
+        if (feeds && *feeds == t->tgid)
+            cls = WAKE_INPUT;
+        else if (waker_tgid == t->tgid)
+            cls = WAKE_THREAD;
+        else
+            cls = WAKE_OTHER;
+    }
+    t->wake_class = cls;
+    return 1;
 }
 
 // The end of a blocked stretch: from here on the thread waits for a CPU.
@@ -225,7 +352,7 @@ TRACEPOINT_PROBE(sched, sched_wakeup) {
     struct thread_t *t = threads.lookup(&tid);
     if (t && t->out_ts != 0 && !t->runnable && t->wake_ts == 0)
         t->wake_ts = bpf_ktime_get_ns();
-    return 0;
+    return 1;
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exit) {
@@ -238,5 +365,22 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         groups.delete(&tgid);
     }
-    return 0;
+    return 1;
+}
+
+// Interrupt nesting. Attached by user space to whichever of these tracepoints
+// this kernel has (IRQ_ENTER_EVENTS / IRQ_EXIT_EVENTS in sched_probe.py); an
+// exit seen without its entry (the probe attached in between) leaves depth at 0.
+int on_irq_entry(void *ctx) {
+    u32 *depth = irq_depth_slot();
+    if (depth)
+        *depth += 1;
+    return 1;
+}
+
+int on_irq_exit(void *ctx) {
+    u32 *depth = irq_depth_slot();
+    if (depth && *depth > 0)
+        *depth -= 1;
+    return 1;
 }

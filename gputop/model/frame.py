@@ -168,6 +168,10 @@ class ProcessSample:
     wait_irq_pct: float | None = None
     wait_other_pct: float | None = None
     preemptors: tuple[Preemptor, ...] | None = None
+    # Blocked with no known waker yet (still asleep at the end of the interval); eBPF only.
+    wait_pending_pct: float | None = None
+    # Where this row's scheduler numbers came from: "bpf" or "procfs" (None: not recorded).
+    sched_source: str | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property

@@ -19,13 +19,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from gputop.model.frame import SourceStatus
-from gputop.sources.base import ProbeReading, TaskSched
+from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
 from gputop.sources.bcc_loader import find_bcc
 
 MAX_THREADS = 32768
@@ -39,7 +40,37 @@ _CAP_SYS_ADMIN = 21
 _CAP_PERFMON = 38
 _CAP_BPF = 39
 
-_ERROR_NAMES = ("thread map full", "process map full", "current was not the outgoing task")
+_ERROR_NAMES = (
+    "thread map full",
+    "process map full",
+    "current was not the outgoing task",
+    "preemptor map full",
+)
+# Bounds of the pipeline/watched maps (workers and pin threads of every trainer)
+# and of the (victim, preemptor) map.
+MAX_PIPELINE = 4096
+MAX_PREEMPT = 8192
+# Nice value of the thread that compiles the program: the lowest CPU priority.
+COMPILE_NICE = 19
+# Interrupt entry/exit tracepoint pairs ({category}:{event}_entry/_exit) that
+# keep the per-CPU interrupt depth; each one this kernel has is attached.
+# irq_vectors:irq_work_* is left out: x86 refuses sampling perf events on it
+# (TRACE_EVENT_PERF_PERM), and the attempt prints an error from libbcc.
+IRQ_EVENT_PAIRS = (
+    ("irq", "irq_handler"),
+    ("irq", "softirq"),
+    ("timer", "hrtimer_expire"),
+    ("timer", "timer_expire"),
+    ("irq_vectors", "local_timer"),
+    ("irq_vectors", "call_function"),
+    ("irq_vectors", "call_function_single"),
+    ("irq_vectors", "reschedule"),
+    ("irq_vectors", "x86_platform_ipi"),
+    ("irq_vectors", "thermal_apic"),
+    ("irq_vectors", "error_apic"),
+    ("irq_vectors", "spurious_apic"),
+    ("ipi", "ipi"),
+)
 
 
 def bpf_source_path() -> str:
@@ -152,25 +183,47 @@ def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavail
     return bcc, masks
 
 
+# thread_t.wait_ns indices (WAKE_* in bpf/sched_probe.c).
+WAKE_NONE, WAKE_INPUT, WAKE_THREAD, WAKE_IRQ, WAKE_OTHER = range(5)
+_WAKE_FIELDS = (
+    "wait_unknown_ns",
+    "wait_input_ns",
+    "wait_thread_ns",
+    "wait_irq_ns",
+    "wait_other_ns",
+)
+_CUM_FIELDS = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed", *_WAKE_FIELDS)
+
+
 @dataclass(slots=True)
 class _Cum:
     """One thread's or group's running totals, as last credited."""
 
     tgid: int
-    runq_ns: int
-    blocked_ns: int
-    oncpu_ns: int
-    nivcsw: int
-    nvcsw: int
+    runq_ns: int = 0
+    blocked_ns: int = 0
+    oncpu_ns: int = 0
+    nivcsw: int = 0
+    nvcsw: int = 0
     missed: int = 0
+    # Blocked time by waker class, threads only (a group's stay 0).
+    wait_unknown_ns: int = 0
+    wait_input_ns: int = 0
+    wait_thread_ns: int = 0
+    wait_irq_ns: int = 0
+    wait_other_ns: int = 0
 
     def add(self, other: _Cum) -> None:
-        self.runq_ns += other.runq_ns
-        self.blocked_ns += other.blocked_ns
-        self.oncpu_ns += other.oncpu_ns
-        self.nivcsw += other.nivcsw
-        self.nvcsw += other.nvcsw
-        self.missed += other.missed
+        for f in _CUM_FIELDS:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A blocked stretch that had no waker yet at a read, and how much of it was reported."""
+
+    out_ts: int
+    credited_ns: int
 
 
 def _delta(cur: _Cum, prev: _Cum | None) -> tuple[_Cum, _Cum]:
@@ -182,14 +235,80 @@ def _delta(cur: _Cum, prev: _Cum | None) -> tuple[_Cum, _Cum]:
     """
     if prev is None or prev.tgid != cur.tgid or cur.nivcsw + cur.nvcsw < prev.nivcsw + prev.nvcsw:
         return cur, cur
-    fields = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed")
-    d = _Cum(cur.tgid, 0, 0, 0, 0, 0)
-    base = _Cum(cur.tgid, 0, 0, 0, 0, 0)
-    for f in fields:
+    d = _Cum(cur.tgid)
+    base = _Cum(cur.tgid)
+    for f in _CUM_FIELDS:
         c, p = getattr(cur, f), getattr(prev, f)
         setattr(d, f, max(0, c - p))
         setattr(base, f, max(c, p))
     return d, base
+
+
+def _thread_totals(t: Any, now: int) -> tuple[_Cum, _Pending | None]:
+    """A thread's totals with the stretch in progress credited up to ``now``.
+
+    The stretch is split the way the probe will split it when it ends, except
+    for a blocked stretch nobody has woken yet: its waker is unknown, so it is
+    returned as pending instead of being put in a class.
+    """
+    wait = [int(x) for x in t.wait_ns]
+    cur = _Cum(
+        int(t.tgid),
+        int(t.runq_ns),
+        int(t.blocked_ns),
+        int(t.oncpu_ns),
+        int(t.nivcsw),
+        int(t.nvcsw),
+        int(t.missed),
+    )
+    pending = None
+    out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
+    if out_ts and now > out_ts:
+        if t.runnable:
+            cur.runq_ns += now - out_ts
+        else:
+            blocked = now - out_ts
+            if out_ts < wake_ts < now:
+                blocked = wake_ts - out_ts
+                cur.runq_ns += now - wake_ts
+            cur.blocked_ns += blocked
+            cls = int(t.wake_class)
+            if cls == WAKE_NONE and wake_ts == 0:
+                pending = _Pending(out_ts, blocked)
+            else:
+                wait[min(cls, WAKE_OTHER)] += blocked
+    elif in_ts and now > in_ts:
+        cur.oncpu_ns += now - in_ts
+    for f, v in zip(_WAKE_FIELDS, wait, strict=True):
+        setattr(cur, f, v)
+    return cur, pending
+
+
+def _settle_pending(
+    d: _Cum, t: Any, ended_epoch: int, prev: _Pending | None, now_pending: _Pending | None
+) -> int:
+    """Pending time for this interval; moves last read's pending time out of ``d``.
+
+    Time reported as pending at the previous read is in this interval's class
+    delta once its waker is known; it was already reported, so it is taken out
+    of the class it landed in (the probe records the class of the first blocked
+    stretch that ended in each epoch; if that is not the one, from the largest
+    class). Returns the pending time new in this interval, including blocked
+    time whose waking the probe never saw.
+    """
+    if now_pending is not None and prev is not None and prev.out_ts == now_pending.out_ts:
+        return now_pending.credited_ns - prev.credited_ns + d.wait_unknown_ns
+    if prev is not None:
+        if int(t.out_ts) == prev.out_ts:
+            cls = int(t.wake_class)  # woken since, not yet on a CPU
+        elif int(t.span_ep) == ended_epoch and int(t.span_out_ts) == prev.out_ts:
+            cls = int(t.span_class)
+        else:
+            cls = max(range(5), key=lambda i: getattr(d, _WAKE_FIELDS[i]))
+        f = _WAKE_FIELDS[min(cls, WAKE_OTHER)]
+        setattr(d, f, max(0, getattr(d, f) - prev.credited_ns))
+    fresh = now_pending.credited_ns if now_pending is not None else 0
+    return fresh + d.wait_unknown_ns
 
 
 def _as_int(v: Any) -> int:
@@ -207,6 +326,8 @@ class BpfSchedProbe:
 
     ``max_threads`` and ``max_tgids`` bound the kernel maps; when one is full
     the probe counts the failed insert, and ``status.reason`` says so.
+    ``compile_nice`` is the nice value of the compiling thread (19: the compile
+    only gets CPU the watched job leaves over).
     """
 
     def __init__(
@@ -214,10 +335,12 @@ class BpfSchedProbe:
         max_threads: int = MAX_THREADS,
         max_tgids: int = MAX_TGIDS,
         proc_root: str = "/proc",
+        compile_nice: int = COMPILE_NICE,
     ) -> None:
         self.max_threads = max_threads
         self.max_tgids = max_tgids
         self.proc_root = proc_root
+        self.compile_nice = compile_nice
         self._lock = threading.Lock()
         self._status = SourceStatus("sched", "bpf", False, "eBPF probe not started")
         self._bpf: Any = None
@@ -225,12 +348,21 @@ class BpfSchedProbe:
         self._closed = False
         self._epoch = 0
         self._last_ns: int | None = None
+        self._primed = False
         self._prev_tid: dict[int, _Cum] = {}
         self._prev_tgid: dict[int, _Cum] = {}
         self._prev_hist: dict[int, tuple[int, ...]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._prev_preempt: dict[tuple[int, int], tuple[int, int]] = {}
+        # What user space asked for, and what is in the kernel maps.
+        self._want_feeds: dict[int, int] = {}
+        self._want_watched: set[int] = set()
+        self._feeds: dict[int, int] = {}
+        self._watched: set[int] = set()
         self._errors_seen = 0
         self._reads = 0
         self.attach_s: float | None = None
+        self.irq_tracepoints: tuple[str, ...] = ()
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -265,7 +397,7 @@ class BpfSchedProbe:
             t = self._thread
         if t is not None and t is not threading.current_thread():
             # Compiling takes about a second; after that the loader sees _closed.
-            t.join(timeout=30)
+            t.join(timeout=120)
         with self._lock:
             bpf, self._bpf = self._bpf, None
         if bpf is not None:
@@ -279,8 +411,19 @@ class BpfSchedProbe:
             text += f"; fix: {fix}"
         self._status = SourceStatus("sched", "bpf", False, text, fix)
 
+    def _lower_priority(self) -> None:
+        """Run this (loader) thread at the lowest CPU priority: it must not starve the job.
+
+        On Linux nice is per thread, so only the compile is affected.
+        """
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.compile_nice)
+        except (OSError, AttributeError):
+            pass  # not permitted or not Linux: compile at normal priority
+
     def _load(self) -> None:
         started = time.monotonic()
+        self._lower_priority()
         pre = preflight(self.proc_root)
         if isinstance(pre, Unavailable):
             self._fail(pre.reason, pre.fix)
@@ -290,11 +433,14 @@ class BpfSchedProbe:
             f"-DMAX_THREADS={self.max_threads}",
             f"-DMAX_TGIDS={self.max_tgids}",
             f"-DHIST_SLOTS={HIST_SLOTS}",
+            f"-DMAX_PIPELINE={MAX_PIPELINE}",
+            f"-DMAX_PREEMPT={MAX_PREEMPT}",
             f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
             f"-DDEAD_MASK={masks[1]:#x}",
         ]
         try:
             bpf = bcc.BPF(src_file=bpf_source_path().encode(), cflags=cflags)
+            irq = self._attach_irq_tracepoints(bpf)
         except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             self._fail(
@@ -307,9 +453,35 @@ class BpfSchedProbe:
                 bpf.cleanup()
                 return
             self._bpf = bpf
+            self.irq_tracepoints = irq
             self._last_ns = time.monotonic_ns()
             self.attach_s = time.monotonic() - started
             self._status = SourceStatus("sched", "bpf", True, None)
+
+    def _attach_irq_tracepoints(self, bpf: Any) -> tuple[str, ...]:
+        """Attach the interrupt-depth programs to each entry/exit pair this kernel has."""
+        tracefs = next((d for d in TRACEFS_DIRS if os.path.isdir(f"{d}/events")), None)
+        if tracefs is None:
+            return ()
+        done = []
+        for category, event in IRQ_EVENT_PAIRS:
+            base = f"{tracefs}/events/{category}/{event}"
+            if not (os.path.isdir(f"{base}_entry") and os.path.isdir(f"{base}_exit")):
+                continue
+            # Exit first: an interrupt running during the attach can only miss
+            # its entry (depth stays 0), never leave the depth raised.
+            bpf.attach_tracepoint(tp=f"{category}:{event}_exit".encode(), fn_name=b"on_irq_exit")
+            try:
+                bpf.attach_tracepoint(
+                    tp=f"{category}:{event}_entry".encode(), fn_name=b"on_irq_entry"
+                )
+            except Exception:  # noqa: BLE001 - refused by this kernel: drop the pair
+                bpf.detach_tracepoint(tp=f"{category}:{event}_exit".encode())
+                continue
+            done.append(f"{category}:{event}")
+        if not done:
+            raise RuntimeError("no interrupt entry/exit tracepoints (irq:irq_handler_entry...)")
+        return tuple(done)
 
     def program_fds(self) -> dict[str, int]:
         """Name -> file descriptor of each attached BPF program (for bpf_stats in bench/)."""
@@ -320,6 +492,35 @@ class BpfSchedProbe:
             (k.decode() if isinstance(k, bytes) else str(k)): int(fn.fd)
             for k, fn in bpf.funcs.items()
         }
+
+    # ---- the input pipeline ---------------------------------------------------
+
+    def set_pipeline(self, feeds: Mapping[int, int], watched: Collection[int]) -> None:
+        """Who feeds which trainer, and whose preemptors to record (see ``SchedProbe``).
+
+        Only stored here; the next read writes the changes into the kernel maps.
+        """
+        self._want_feeds = dict(feeds)
+        self._want_watched = set(watched)
+
+    def _sync_pipeline(self, bpf: Any) -> None:
+        """Write only what changed since the last sync into the pipeline and watched maps."""
+        table = bpf[b"pipeline"]
+        for k in [k for k in self._feeds if k not in self._want_feeds]:
+            with suppress(KeyError):
+                del table[table.Key(k)]
+            del self._feeds[k]
+        for k, v in self._want_feeds.items():
+            if self._feeds.get(k) != v:
+                table[table.Key(k)] = table.Leaf(v)
+                self._feeds[k] = v
+        table = bpf[b"watched"]
+        for k in self._watched - self._want_watched:
+            with suppress(KeyError):
+                del table[table.Key(k)]
+        for k in self._want_watched - self._watched:
+            table[table.Key(k)] = table.Leaf(1)
+        self._watched = set(self._want_watched)
 
     # ---- reading --------------------------------------------------------------
 
@@ -339,45 +540,71 @@ class BpfSchedProbe:
         return tids, tgids
 
     def read(self) -> ProbeReading | None:
-        """Deltas since the previous read (the first one: since attach); None until attached."""
+        """Deltas since the previous read; None until attached and for the first read.
+
+        The first read after attaching only takes the baselines: its window
+        would start at the attach, part-way through an interval, before the
+        probe had seen any thread switch. A thread or process seen for the
+        first time is likewise left out of that read (its window is partial);
+        the sampler keeps /proc's numbers for it.
+        """
         bpf = self._bpf
         if bpf is None or self._last_ns is None:
             return None
+        ended, now, dt_ns = self._flip_epoch(bpf)
+        watched_before = self._watched & self._want_watched
+        threads = list(self._items(bpf[b"threads"]))
+        groups = list(self._items(bpf[b"groups"]))
+        per_tid, group_cum = self._thread_deltas(threads, now, ended)
+        per_tgid = self._group_deltas(groups, group_cum, ended)
+        preemptors = self._preemptor_deltas(bpf, watched_before)
+        new_errors = self._check_errors(bpf)
+        self._sync_pipeline(bpf)
+        self._reads += 1
+        if self._reads % SWEEP_EVERY_READS == 0:
+            self.sweep(list(self._prev_tgid), list(self._prev_tid))
+        if not self._primed:
+            self._primed = True
+            return None
+        return ProbeReading(
+            dt_ns=dt_ns,
+            per_tgid=per_tgid,
+            per_tid=per_tid,
+            map_errors=new_errors,
+            preemptors=preemptors,
+        )
+
+    def _flip_epoch(self, bpf: Any) -> tuple[int, int, int]:
+        """Start the next epoch; (the epoch that ended, now in ns, the interval in ns)."""
         epoch_map = bpf[b"epoch"]
         ended = self._epoch
         self._epoch = (ended + 1) & 0xFFFFFFFF
         epoch_map[epoch_map.Key(0)] = epoch_map.Leaf(self._epoch)
         now = time.monotonic_ns()
+        assert self._last_ns is not None
         dt_ns = max(1, now - self._last_ns)
         self._last_ns = now
+        return ended, now, dt_ns
 
-        threads = list(self._items(bpf[b"threads"]))
-        groups = list(self._items(bpf[b"groups"]))
-        errors = sum(_as_int(v) for _, v in bpf[b"errors"].items())
-
+    def _thread_deltas(
+        self, threads: list[tuple[Any, Any]], now: int, ended: int
+    ) -> tuple[dict[int, TaskSched], dict[int, _Cum]]:
+        """Per-thread deltas (threads seen at the previous read only), and each group's totals."""
         per_tid: dict[int, TaskSched] = {}
         group_cum: dict[int, _Cum] = {}
-        new_prev_tid: dict[int, _Cum] = {}
+        new_prev: dict[int, _Cum] = {}
+        new_pending: dict[int, _Pending] = {}
         for k, t in threads:
             tid = _as_int(k)
-            runq, blocked, oncpu = int(t.runq_ns), int(t.blocked_ns), int(t.oncpu_ns)
-            out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
-            # Credit the stretch in progress up to now, split the way the probe will.
-            if out_ts and now > out_ts:
-                if t.runnable:
-                    runq += now - out_ts
-                elif out_ts < wake_ts < now:
-                    blocked += wake_ts - out_ts
-                    runq += now - wake_ts
-                else:
-                    blocked += now - out_ts
-            elif in_ts and now > in_ts:
-                oncpu += now - in_ts
-            cur = _Cum(
-                int(t.tgid), runq, blocked, oncpu, int(t.nivcsw), int(t.nvcsw), int(t.missed)
-            )
-            d, base = _delta(cur, self._prev_tid.get(tid))
-            new_prev_tid[tid] = base
+            cur, pending = _thread_totals(t, now)
+            prev = self._prev_tid.get(tid)
+            d, new_prev[tid] = _delta(cur, prev)
+            if pending is not None:
+                new_pending[tid] = pending
+            group_cum.setdefault(cur.tgid, _Cum(cur.tgid)).add(cur)
+            if prev is None or prev.tgid != cur.tgid:
+                continue  # first sighting: this window is partial
+            wait_pending = _settle_pending(d, t, ended, self._pending.get(tid), pending)
             per_tid[tid] = TaskSched(
                 runq_ns=d.runq_ns,
                 blocked_ns=d.blocked_ns,
@@ -386,22 +613,27 @@ class BpfSchedProbe:
                 nvcsw=d.nvcsw,
                 longest_offcpu_ns=_longest(t.longest_ns, t.longest_ep, ended),
                 missed_switches=d.missed,
+                wait_input_ns=d.wait_input_ns,
+                wait_thread_ns=d.wait_thread_ns,
+                wait_irq_ns=d.wait_irq_ns,
+                wait_other_ns=d.wait_other_ns,
+                wait_pending_ns=wait_pending,
             )
-            g = group_cum.get(cur.tgid)
-            if g is None:
-                group_cum[cur.tgid] = _Cum(cur.tgid, 0, 0, 0, 0, 0)
-                group_cum[cur.tgid].add(cur)
-            else:
-                g.add(cur)
-        self._prev_tid = new_prev_tid
+        self._prev_tid = new_prev
+        self._pending = new_pending
+        return per_tid, group_cum
 
+    def _group_deltas(
+        self, groups: list[tuple[Any, Any]], group_cum: dict[int, _Cum], ended: int
+    ) -> dict[int, TaskSched]:
+        """Per-process deltas: live threads' totals plus those folded in from exited ones."""
         per_tgid: dict[int, TaskSched] = {}
-        new_prev_tgid: dict[int, _Cum] = {}
+        new_prev: dict[int, _Cum] = {}
         new_prev_hist: dict[int, tuple[int, ...]] = {}
         group_rows = {_as_int(k): g for k, g in groups}
         for tgid in set(group_cum) | set(group_rows):
             row = group_rows.get(tgid)
-            cur = group_cum.get(tgid) or _Cum(tgid, 0, 0, 0, 0, 0)
+            cur = group_cum.get(tgid) or _Cum(tgid)
             longest = 0
             hist_d: tuple[int, ...] | None = None
             if row is not None:
@@ -419,14 +651,13 @@ class BpfSchedProbe:
                 longest = _longest(row.longest_ns, row.longest_ep, ended)
                 hist = tuple(int(x) for x in row.hist)
                 ph = self._prev_hist.get(tgid)
-                hist_d = (
-                    hist
-                    if ph is None
-                    else tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
-                )
+                if ph is not None:
+                    hist_d = tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
                 new_prev_hist[tgid] = hist if ph is None else tuple(map(max, hist, ph))
-            d, base = _delta(cur, self._prev_tgid.get(tgid))
-            new_prev_tgid[tgid] = base
+            prev = self._prev_tgid.get(tgid)
+            d, new_prev[tgid] = _delta(cur, prev)
+            if prev is None:
+                continue  # first sighting: this window is partial
             per_tgid[tgid] = TaskSched(
                 runq_ns=d.runq_ns,
                 blocked_ns=d.blocked_ns,
@@ -437,9 +668,42 @@ class BpfSchedProbe:
                 hist=hist_d,
                 missed_switches=d.missed,
             )
-        self._prev_tgid = new_prev_tgid
+        self._prev_tgid = new_prev
         self._prev_hist = new_prev_hist
+        return per_tgid
 
+    def _preemptor_deltas(
+        self, bpf: Any, watched: set[int]
+    ) -> dict[int, tuple[PreemptorTime, ...]]:
+        """Who preempted each process watched through the whole interval, most time first.
+
+        Entries of processes no longer watched are freed so the map stays small.
+        """
+        table = bpf[b"preempt"]
+        cur: dict[tuple[int, int], tuple[int, int]] = {}
+        stale = []
+        for k, v in self._items(table):
+            key = (int(k.victim), int(k.by))
+            if key[0] not in self._want_watched:
+                stale.append(k)
+                continue
+            cur[key] = (int(v.ns), int(v.count))
+        for k in stale:
+            with suppress(KeyError):
+                del table[k]
+        out: dict[int, list[PreemptorTime]] = {v: [] for v in watched}
+        for key, (ns, count) in cur.items():
+            if key[0] not in out:
+                continue
+            p_ns, p_count = self._prev_preempt.get(key, (0, 0))
+            if ns > p_ns:
+                out[key[0]].append(PreemptorTime(key[1], ns - p_ns, max(0, count - p_count)))
+        self._prev_preempt = cur
+        return {v: tuple(sorted(lst, key=lambda p: -p.ns)) for v, lst in out.items()}
+
+    def _check_errors(self, bpf: Any) -> int:
+        """New failed map updates since the last read; a standing reason in the status."""
+        errors = sum(_as_int(v) for _, v in bpf[b"errors"].items())
         new_errors = max(0, errors - self._errors_seen)
         self._errors_seen = max(errors, self._errors_seen)
         if self._errors_seen:
@@ -452,10 +716,7 @@ class BpfSchedProbe:
                 f"raise the map bounds (max_threads={self.max_threads},"
                 f" max_tgids={self.max_tgids}) in BpfSchedProbe",
             )
-        self._reads += 1
-        if self._reads % SWEEP_EVERY_READS == 0:
-            self.sweep(group_cum.keys() | group_rows.keys(), per_tid.keys())
-        return ProbeReading(dt_ns=dt_ns, per_tgid=per_tgid, per_tid=per_tid, map_errors=new_errors)
+        return new_errors
 
     def _error_detail(self, bpf: Any) -> str:
         parts = []
