@@ -29,6 +29,7 @@
 //   HIST_SLOTS              log2 histogram buckets
 //   MAX_PIPELINE            bound of the pipeline/watched maps (user space fills them)
 //   MAX_PREEMPT             bound of the (victim, preemptor) map
+//   MAX_CPUS                bound of the per-CPU waiter slots (possible CPUs)
 
 #include <uapi/linux/ptrace.h>
 
@@ -65,7 +66,9 @@ struct thread_t {
     u32 span_ep;
     u32 span_class;
     u32 wake_class;  // class of the waking that ended the current blocked stretch
-    u32 preempt_by;  // tgid that took the CPU at the last preemption (watched only)
+    u32 wait_slot;   // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
+    u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
+    u32 pad;
 };
 
 // Per thread group, keyed by tgid. Threads of a group switch on several CPUs at
@@ -105,6 +108,29 @@ BPF_HASH(pipeline, u32, u32, MAX_PIPELINE);
 // tgids whose preemptors are recorded (trainers and their workers).
 BPF_HASH(watched, u32, u8, MAX_PIPELINE);
 BPF_HASH(preempt, struct preempt_key_t, struct preempt_val_t, MAX_PREEMPT);
+// Watched threads waiting in each CPU's run queue (preempted there, or woken
+// with that CPU as target), so whoever runs on that CPU meanwhile is charged
+// for their wait. A few slots per CPU; a victim finding none free is not charged.
+#define WAIT_SLOTS 4
+struct waiters_t {
+    u32 tid[WAIT_SLOTS];
+    u32 tgid[WAIT_SLOTS];
+    u64 since[WAIT_SLOTS];
+};
+BPF_ARRAY(cpu_waiters, struct waiters_t, MAX_CPUS);
+// Blocked time of a watched thread woken by another process, per waking process.
+// User space moves it to "input" when that process turns out to be one of the
+// trainer's workers (a worker born after the last pipeline update).
+struct woke_key_t {
+    u32 tid;     // the wakee
+    u32 waker;   // tgid
+};
+struct woke_val_t {
+    u64 ns;
+    u32 tgid;    // the wakee's
+    u32 pad;
+};
+BPF_HASH(other_wakers, struct woke_key_t, struct woke_val_t, MAX_PREEMPT);
 // Interrupt nesting depth of each CPU (hard irq, softirq, timer callbacks,
 // x86 vectors), from their entry/exit tracepoints.
 BPF_PERCPU_ARRAY(irq_depth, u32, 1);
@@ -112,7 +138,7 @@ BPF_PERCPU_ARRAY(irq_depth, u32, 1);
 BPF_ARRAY(epoch, u32, 1);
 // Failed map updates: [0] thread map full, [1] group map full,
 // [2] "current" was not sched_switch's prev (should never happen),
-// [3] preemptor map full.
+// [3] preemptor or waker map full.
 BPF_ARRAY(errors, u64, 4);
 
 static __always_inline void count_error(int idx) {
@@ -154,28 +180,25 @@ static __always_inline struct group_t *group_of(u32 tgid) {
     return groups.lookup(&tgid);
 }
 
-// A thread is gone: keep its totals in its group, then free its entry.
-static __always_inline void retire_thread(u32 tid) {
-    struct thread_t *t = threads.lookup(&tid);
-    if (!t)
-        return;
-    u32 tgid = t->tgid;
-    struct group_t *g = groups.lookup(&tgid);
-    if (g) {
-        __sync_fetch_and_add(&g->dead_runq_ns, t->runq_ns);
-        __sync_fetch_and_add(&g->dead_blocked_ns, t->blocked_ns);
-        __sync_fetch_and_add(&g->dead_oncpu_ns, t->oncpu_ns);
-        __sync_fetch_and_add(&g->dead_nivcsw, t->nivcsw);
-        __sync_fetch_and_add(&g->dead_nvcsw, t->nvcsw);
-        __sync_fetch_and_add(&g->dead_missed, t->missed);
-    }
-    threads.delete(&tid);
-}
-
 // Split the off-CPU stretch [out, end) into run-queue wait and blocked time,
 // and the blocked part by who woke it. A blocked stretch turns into run-queue
 // wait at its wakeup, as the kernel's own run_delay does.
-static __always_inline void account_offcpu(struct thread_t *t, u64 out, u64 end, u32 cur) {
+static __always_inline void account_woke_by(u32 tid, struct thread_t *t, u64 blocked) {
+    struct woke_key_t k = {.tid = tid, .waker = t->waker_tgid};
+    struct woke_val_t *v = other_wakers.lookup(&k);
+    if (!v) {
+        struct woke_val_t zero = {.tgid = t->tgid};
+        other_wakers.insert(&k, &zero);
+        v = other_wakers.lookup(&k);
+        if (!v) {
+            count_error(3);
+            return;
+        }
+    }
+    __sync_fetch_and_add(&v->ns, blocked);
+}
+
+static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out, u64 end, u32 cur) {
     if (t->runnable) {
         t->runq_ns += end - out;
         return;
@@ -190,6 +213,8 @@ static __always_inline void account_offcpu(struct thread_t *t, u64 out, u64 end,
     if (cls >= WAKE_CLASSES)
         cls = WAKE_NONE;
     t->wait_ns[cls] += blocked;
+    if (cls == WAKE_OTHER && t->waker_tgid != 0)
+        account_woke_by(tid, t, blocked);
     if (t->span_ep != cur) {
         t->span_ep = cur;
         t->span_out_ts = out;
@@ -197,22 +222,91 @@ static __always_inline void account_offcpu(struct thread_t *t, u64 out, u64 end,
     }
 }
 
-// A preempted stretch of a watched thread ended: charge it to whoever took the CPU.
-static __always_inline void account_preempt(struct thread_t *t, u64 d) {
-    struct preempt_key_t k = {.victim = t->tgid, .by = t->preempt_by};
+static __always_inline void charge(u32 victim, u32 by, u64 ns) {
+    struct preempt_key_t k = {.victim = victim, .by = by};
     struct preempt_val_t *v = preempt.lookup(&k);
     if (!v) {
         struct preempt_val_t zero = {};
-        if (preempt.insert(&k, &zero) != 0 && preempt.lookup(&k) == NULL) {
+        preempt.insert(&k, &zero);
+        v = preempt.lookup(&k);
+        if (!v) {
             count_error(3);
             return;
         }
-        v = preempt.lookup(&k);
-        if (!v)
-            return;
     }
-    __sync_fetch_and_add(&v->ns, d);
+    __sync_fetch_and_add(&v->ns, ns);
     __sync_fetch_and_add(&v->count, 1);
+}
+
+// A watched thread starts waiting for a CPU on `cpu`: take a free slot there.
+static __always_inline void start_waiting(struct thread_t *t, u32 tid, u32 cpu, u64 now) {
+    if (cpu >= MAX_CPUS)
+        return;
+    struct waiters_t *w = cpu_waiters.lookup(&cpu);
+    if (!w)
+        return;
+#pragma unroll
+    for (int i = 0; i < WAIT_SLOTS; i++) {
+        if (w->tid[i] == 0) {
+            w->tid[i] = tid;
+            w->tgid[i] = t->tgid;
+            w->since[i] = now;
+            t->wait_slot = cpu * WAIT_SLOTS + i + 1;
+            return;
+        }
+    }
+}
+
+// It got a CPU (any CPU): free its slot.
+static __always_inline void stop_waiting(struct thread_t *t, u32 tid) {
+    u32 slot = t->wait_slot;
+    if (slot == 0)
+        return;
+    t->wait_slot = 0;
+    u32 cpu = (slot - 1) / WAIT_SLOTS;
+    u32 i = (slot - 1) % WAIT_SLOTS;
+    struct waiters_t *w = cpu_waiters.lookup(&cpu);
+    if (w && i < WAIT_SLOTS && w->tid[i] == tid)
+        w->tid[i] = 0;
+}
+
+// `prev` ran on this CPU until now: charge that run to each watched thread that
+// waited here meanwhile (the part of the run after it started waiting).
+static __always_inline void charge_waiters(u32 prev, u32 prev_tgid, u64 prev_in, u64 now) {
+    if (prev_tgid == 0)
+        return;
+    u32 cpu = bpf_get_smp_processor_id();
+    struct waiters_t *w = cpu_waiters.lookup(&cpu);
+    if (!w)
+        return;
+#pragma unroll
+    for (int i = 0; i < WAIT_SLOTS; i++) {
+        u32 tid = w->tid[i];
+        if (tid == 0 || tid == prev)
+            continue;
+        u64 from = w->since[i] > prev_in ? w->since[i] : prev_in;
+        if (now > from)
+            charge(w->tgid[i], prev_tgid, now - from);
+    }
+}
+
+// A thread is gone: keep its totals in its group, then free its entry.
+static __always_inline void retire_thread(u32 tid) {
+    struct thread_t *t = threads.lookup(&tid);
+    if (!t)
+        return;
+    stop_waiting(t, tid);
+    u32 tgid = t->tgid;
+    struct group_t *g = groups.lookup(&tgid);
+    if (g) {
+        __sync_fetch_and_add(&g->dead_runq_ns, t->runq_ns);
+        __sync_fetch_and_add(&g->dead_blocked_ns, t->blocked_ns);
+        __sync_fetch_and_add(&g->dead_oncpu_ns, t->oncpu_ns);
+        __sync_fetch_and_add(&g->dead_nivcsw, t->nivcsw);
+        __sync_fetch_and_add(&g->dead_nvcsw, t->nvcsw);
+        __sync_fetch_and_add(&g->dead_missed, t->missed);
+    }
+    threads.delete(&tid);
 }
 
 TRACEPOINT_PROBE(sched, sched_switch) {
@@ -221,7 +315,6 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     u32 next = args->next_pid;
     long state = args->prev_state;
     u32 cur = current_epoch();
-    // Looked up first: prev's entry records next's process when prev is preempted.
     struct thread_t *tn = next != 0 ? threads.lookup(&next) : NULL;
 
     // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
@@ -252,13 +345,15 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     // wakeup; the rest of the stretch is unknown.
                     t->missed += 1;
                     if (!t->runnable && t->wake_ts > t->out_ts && t->wake_ts <= now)
-                        account_offcpu(t, t->out_ts, t->wake_ts, cur);
+                        account_offcpu(prev, t, t->out_ts, t->wake_ts, cur);
                 }
+                charge_waiters(prev, t->tgid, t->in_ts, now);
                 t->in_ts = 0;
                 t->wake_ts = 0;
                 t->wake_class = WAKE_NONE;
-                t->preempt_by = 0;
+                t->waker_tgid = 0;
                 t->out_ts = now;
+                stop_waiting(t, prev);  // it ran, so its switch-in was missed
                 // R (state 0) and R+ (preempted: only the bit above the report mask)
                 // are runnable; this is how the kernel picks nivcsw over nvcsw.
                 if (state & NOT_RUNNABLE_MASK) {
@@ -268,9 +363,8 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     t->runnable = 1;
                     t->nivcsw += 1;
                     u32 tgid = t->tgid;
-                    if (next != 0 && watched.lookup(&tgid))
-                        // next's tgid is known once it has switched out before.
-                        t->preempt_by = tn ? tn->tgid : next;
+                    if (watched.lookup(&tgid))
+                        start_waiting(t, prev, bpf_get_smp_processor_id(), now);
                 }
             }
         }
@@ -286,16 +380,15 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     if (out == 0 && t->in_ts != 0)
         t->missed += 1;  // its switch-out was not delivered: that stretch is lost
     t->in_ts = now;
+    stop_waiting(t, next);
     if (out == 0 || now <= out)
         return 1;
     u64 d = now - out;
-    account_offcpu(t, out, now, cur);
-    if (t->runnable && t->preempt_by != 0)
-        account_preempt(t, d);
+    account_offcpu(next, t, out, now, cur);
     t->out_ts = 0;
     t->wake_ts = 0;
     t->wake_class = WAKE_NONE;
-    t->preempt_by = 0;
+    t->waker_tgid = 0;
     note_longest(t->longest_ns, t->longest_ep, cur, d);
 
     struct group_t *g = group_of(t->tgid);
@@ -339,8 +432,12 @@ TRACEPOINT_PROBE(sched, sched_waking) {
             cls = WAKE_INPUT;
         else if (waker_tgid == t->tgid)
             cls = WAKE_THREAD;
-        else
+        else {
             cls = WAKE_OTHER;
+            u32 wakee_tgid = t->tgid;
+            if (watched.lookup(&wakee_tgid))
+                t->waker_tgid = waker_tgid;
+        }
     }
     t->wake_class = cls;
     return 1;
@@ -350,8 +447,13 @@ TRACEPOINT_PROBE(sched, sched_waking) {
 TRACEPOINT_PROBE(sched, sched_wakeup) {
     u32 tid = args->pid;
     struct thread_t *t = threads.lookup(&tid);
-    if (t && t->out_ts != 0 && !t->runnable && t->wake_ts == 0)
-        t->wake_ts = bpf_ktime_get_ns();
+    if (t && t->out_ts != 0 && !t->runnable && t->wake_ts == 0) {
+        u64 now = bpf_ktime_get_ns();
+        t->wake_ts = now;
+        u32 tgid = t->tgid;
+        if (t->wait_slot == 0 && watched.lookup(&tgid))
+            start_waiting(t, tid, args->target_cpu, now);
+    }
     return 1;
 }
 

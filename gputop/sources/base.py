@@ -70,6 +70,9 @@ class TaskSched:
     # waking was not seen. Time reported here is not reported again when the
     # waker becomes known.
     wait_pending_ns: int = 0
+    # Of wait_other_ns, for a watched thread: (waking process's tgid, ns), so the
+    # caller can count a worker that the probe did not know yet as input.
+    other_wakers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -296,11 +296,19 @@ class ProcSource:
             )
         )
 
+        # This tick's workers of each trainer: the probe learns them a tick late.
+        feeders: dict[int, set[int]] = {}
+        for pid, (role, trainer) in roles.items():
+            if role == "dataloader" and trainer is not None:
+                feeders.setdefault(trainer, set()).add(pid)
         out: list[ProcessSample] = []
         for pid in chosen:
             st = stats[pid]
             role, trainer = roles.get(pid, ("other", None))
-            out.extend(self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe))
+            row = self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe)
+            if probe is not None and dt is not None:
+                row[0] = _with_probe(row[0], probe, feeders.get(pid, set()))
+            out.extend(row)
         if probe is not None:
             out = [_with_preemptors(p, probe, stats) for p in out]
 
@@ -374,8 +382,6 @@ class ProcSource:
             sched_source="procfs" if dt is not None else None,
             threads=tuple(pass_.threads),
         )
-        if probe is not None and dt is not None:
-            proc = _with_probe(proc, probe, pass_.main_from_probe)
         return [proc, *self._special_rows(proc, pass_, role, trainer)]
 
     def _read_threads(
@@ -433,7 +439,6 @@ class ProcSource:
             out.threads.append(ts)
             if tid == pid:  # the contract's off-CPU and run-queue share: the main thread's
                 out.main = ts
-                out.main_from_probe = pt is not None
             else:
                 trole = thread_role_from_comm(tname)
                 if trole is not None:
@@ -479,7 +484,6 @@ class _ThreadPass:
     tot_vol: int = 0
     tot_invol: int = 0
     main: ThreadSample | None = None
-    main_from_probe: bool = False
 
 
 def _r2(v: float | None) -> float | None:
@@ -490,18 +494,25 @@ def _pct(ns: int, dt_ns: int) -> float:
     return round(min(100.0, 100.0 * ns / dt_ns), 2)
 
 
-def _with_probe(proc: ProcessSample, probe: ProbeReading, main_from_probe: bool) -> ProcessSample:
-    """The process with the probe's own measurements: main thread's wait split, rates, stalls."""
+def _with_probe(proc: ProcessSample, probe: ProbeReading, feeders: set[int]) -> ProcessSample:
+    """The process with the probe's own measurements: main thread's wait split, rates, stalls.
+
+    ``feeders`` are the process's DataLoader workers as of this tick: wake-ups
+    by one the probe did not know yet (born since the last tick) move from
+    "other process" to "input".
+    """
     pdt = probe.dt_ns or 1
     changes: dict[str, object] = {}
     m = probe.per_tid.get(proc.pid)
-    if m is not None and main_from_probe:
+    if m is not None and proc.threads and any(t.tid == proc.pid for t in proc.threads):
+        late = sum(ns for waker, ns in m.other_wakers if waker in feeders)
+        moved = min(late, m.wait_other_ns)
         changes.update(
             blocked_pct=_pct(m.blocked_ns, pdt),
-            wait_input_pct=_pct(m.wait_input_ns, pdt),
+            wait_input_pct=_pct(m.wait_input_ns + moved, pdt),
             wait_thread_pct=_pct(m.wait_thread_ns, pdt),
             wait_irq_pct=_pct(m.wait_irq_ns, pdt),
-            wait_other_pct=_pct(m.wait_other_ns, pdt),
+            wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
             wait_pending_pct=_pct(m.wait_pending_ns, pdt),
             sched_source="bpf",
         )

@@ -73,6 +73,17 @@ IRQ_EVENT_PAIRS = (
 )
 
 
+def possible_cpus() -> int:
+    """How many CPU ids this kernel can use (the highest possible CPU + 1)."""
+    text = _read_text("/sys/devices/system/cpu/possible")
+    if text:
+        try:
+            return int(re.split(r"[-,]", text.strip())[-1]) + 1
+        except ValueError:
+            pass
+    return os.cpu_count() or 1
+
+
 def bpf_source_path() -> str:
     """The BPF C program: inside the installed package, else the source tree's ``bpf/``."""
     installed = resources.files("gputop") / "bpf" / "sched_probe.c"
@@ -354,6 +365,7 @@ class BpfSchedProbe:
         self._prev_hist: dict[int, tuple[int, ...]] = {}
         self._pending: dict[int, _Pending] = {}
         self._prev_preempt: dict[tuple[int, int], tuple[int, int]] = {}
+        self._prev_woke: dict[tuple[int, int], int] = {}
         # What user space asked for, and what is in the kernel maps.
         self._want_feeds: dict[int, int] = {}
         self._want_watched: set[int] = set()
@@ -435,6 +447,7 @@ class BpfSchedProbe:
             f"-DHIST_SLOTS={HIST_SLOTS}",
             f"-DMAX_PIPELINE={MAX_PIPELINE}",
             f"-DMAX_PREEMPT={MAX_PREEMPT}",
+            f"-DMAX_CPUS={possible_cpus()}",
             f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
             f"-DDEAD_MASK={masks[1]:#x}",
         ]
@@ -555,7 +568,8 @@ class BpfSchedProbe:
         watched_before = self._watched & self._want_watched
         threads = list(self._items(bpf[b"threads"]))
         groups = list(self._items(bpf[b"groups"]))
-        per_tid, group_cum = self._thread_deltas(threads, now, ended)
+        woke = self._woke_totals(bpf, threads, now)
+        per_tid, group_cum = self._thread_deltas(threads, now, ended, woke)
         per_tgid = self._group_deltas(groups, group_cum, ended)
         preemptors = self._preemptor_deltas(bpf, watched_before)
         new_errors = self._check_errors(bpf)
@@ -586,8 +600,45 @@ class BpfSchedProbe:
         self._last_ns = now
         return ended, now, dt_ns
 
+    def _woke_totals(
+        self, bpf: Any, threads: list[tuple[Any, Any]], now: int
+    ) -> dict[int, dict[int, int]]:
+        """Watched thread -> waking process -> blocked ns so far (WAKE_OTHER only).
+
+        Stretches woken but not yet ended are credited up to now, as in
+        ``_thread_totals``. Entries of threads no longer watched are freed.
+        """
+        table = bpf[b"other_wakers"]
+        out: dict[int, dict[int, int]] = {}
+        stale = []
+        for k, v in self._items(table):
+            if int(v.tgid) not in self._want_watched:
+                stale.append(k)
+                continue
+            out.setdefault(int(k.tid), {})[int(k.waker)] = int(v.ns)
+        for k in stale:
+            with suppress(KeyError):
+                del table[k]
+        for k, t in threads:
+            waker = int(t.waker_tgid)
+            out_ts, wake_ts = int(t.out_ts), int(t.wake_ts)
+            if waker and out_ts and not t.runnable and int(t.wake_class) == WAKE_OTHER:
+                end = wake_ts if out_ts < wake_ts < now else now
+                d = out.setdefault(_as_int(k), {})
+                d[waker] = d.get(waker, 0) + max(0, end - out_ts)
+        return out
+
+    def _woke_deltas(self, tid: int, totals: dict[int, int]) -> tuple[tuple[int, int], ...]:
+        """This interval's (waking process, ns) for one thread, most first."""
+        out = []
+        for waker, ns in totals.items():
+            prev = self._prev_woke.get((tid, waker), 0)
+            if ns > prev:
+                out.append((waker, ns - prev))
+        return tuple(sorted(out, key=lambda x: -x[1]))
+
     def _thread_deltas(
-        self, threads: list[tuple[Any, Any]], now: int, ended: int
+        self, threads: list[tuple[Any, Any]], now: int, ended: int, woke: dict[int, dict[int, int]]
     ) -> tuple[dict[int, TaskSched], dict[int, _Cum]]:
         """Per-thread deltas (threads seen at the previous read only), and each group's totals."""
         per_tid: dict[int, TaskSched] = {}
@@ -605,6 +656,7 @@ class BpfSchedProbe:
             if prev is None or prev.tgid != cur.tgid:
                 continue  # first sighting: this window is partial
             wait_pending = _settle_pending(d, t, ended, self._pending.get(tid), pending)
+            wakers = self._woke_deltas(tid, woke.get(tid, {}))
             per_tid[tid] = TaskSched(
                 runq_ns=d.runq_ns,
                 blocked_ns=d.blocked_ns,
@@ -618,9 +670,17 @@ class BpfSchedProbe:
                 wait_irq_ns=d.wait_irq_ns,
                 wait_other_ns=d.wait_other_ns,
                 wait_pending_ns=wait_pending,
+                other_wakers=wakers,
             )
         self._prev_tid = new_prev
         self._pending = new_pending
+        # The higher of the two, as in _delta: a read that caught a store half-done
+        # must not make the next interval count that time again.
+        self._prev_woke = {
+            (tid, w): max(ns, self._prev_woke.get((tid, w), 0))
+            for tid, by in woke.items()
+            for w, ns in by.items()
+        }
         return per_tid, group_cum
 
     def _group_deltas(
