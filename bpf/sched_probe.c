@@ -59,12 +59,6 @@ struct thread_t {
     u32 runnable;    // state at the last switch-out
     // Blocked time by who ended it (WAKE_* below); [WAKE_NONE]: no sched_waking seen.
     u64 wait_ns[WAKE_CLASSES];
-    // The first blocked stretch that ended in epoch span_ep: its start and class,
-    // so user space can move time it credited as "not yet woken" at its last
-    // read into the class this stretch turned out to have.
-    u64 span_out_ts;
-    u32 span_ep;
-    u32 span_class;
     u32 wake_class;  // class of the waking that ended the current blocked stretch
     u32 wait_slot;   // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
     u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
@@ -198,7 +192,7 @@ static __always_inline void account_woke_by(u32 tid, struct thread_t *t, u64 blo
     __sync_fetch_and_add(&v->ns, blocked);
 }
 
-static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out, u64 end, u32 cur) {
+static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out, u64 end) {
     if (t->runnable) {
         t->runq_ns += end - out;
         return;
@@ -215,11 +209,6 @@ static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out,
     t->wait_ns[cls] += blocked;
     if (cls == WAKE_OTHER && t->waker_tgid != 0)
         account_woke_by(tid, t, blocked);
-    if (t->span_ep != cur) {
-        t->span_ep = cur;
-        t->span_out_ts = out;
-        t->span_class = cls;
-    }
 }
 
 static __always_inline void charge(u32 victim, u32 by, u64 ns) {
@@ -345,7 +334,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     // wakeup; the rest of the stretch is unknown.
                     t->missed += 1;
                     if (!t->runnable && t->wake_ts > t->out_ts && t->wake_ts <= now)
-                        account_offcpu(prev, t, t->out_ts, t->wake_ts, cur);
+                        account_offcpu(prev, t, t->out_ts, t->wake_ts);
                 }
                 charge_waiters(prev, t->tgid, t->in_ts, now);
                 t->in_ts = 0;
@@ -384,7 +373,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     if (out == 0 || now <= out)
         return 1;
     u64 d = now - out;
-    account_offcpu(next, t, out, now, cur);
+    account_offcpu(next, t, out, now);
     t->out_ts = 0;
     t->wake_ts = 0;
     t->wake_class = WAKE_NONE;

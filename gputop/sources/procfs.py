@@ -21,6 +21,8 @@ from gputop.model.roles import assign_roles, thread_role_from_comm
 from gputop.sources.base import GpuUse, ProbeReading, TaskSched
 
 _PF_KTHREAD = 0x00200000
+# How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
+TRAINER_GRACE_S = 10.0
 _CMDLINE_MAX = 4096
 
 
@@ -140,6 +142,7 @@ class ProcSource:
         self._prev: dict[tuple[int, int], _ProcPrev] = {}
         self._cmdlines: dict[tuple[int, int], str] = {}
         self._users: dict[int, str] = {}
+        self._trainers: dict[tuple[int, int], float] = {}
         self._cpu_prev: list[tuple[int, int]] | None = None
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
@@ -285,6 +288,7 @@ class ProcSource:
             gpu_set,
             lambda p: self.cmdline(p, stats[p].start) if p in stats else "",
         )
+        self._keep_trainers(roles, stats, now)
         chosen = set(roles) | gpu_set
         # Once rates exist, idle processes are not "top CPU consumers": they would
         # only pad the table.
@@ -328,6 +332,26 @@ class ProcSource:
             del self._cmdlines[key]
         out.sort(key=lambda p: p.pid)
         return HostReading(host, tuple(out), len(stats))
+
+    def _keep_trainers(
+        self, roles: dict[int, tuple[str, int | None]], stats: dict[int, _Stat], now: float
+    ) -> None:
+        """A trainer stays one for TRAINER_GRACE_S after its workers are gone.
+
+        Between two epochs without persistent_workers its old workers have
+        exited and the new ones are not named yet (spawned ones take seconds to
+        start); it is still the same training job, waiting for them.
+        """
+        for pid, (role, _) in roles.items():
+            if role == "trainer":
+                self._trainers[(pid, stats[pid].start)] = now
+        for key, seen in list(self._trainers.items()):
+            pid, start = key
+            st = stats.get(pid)
+            if st is None or st.start != start or now - seen > TRAINER_GRACE_S:
+                del self._trainers[key]
+            elif pid not in roles:
+                roles[pid] = ("trainer", pid)
 
     def _detail(
         self,

@@ -295,31 +295,19 @@ def _thread_totals(t: Any, now: int) -> tuple[_Cum, _Pending | None]:
     return cur, pending
 
 
-def _settle_pending(
-    d: _Cum, t: Any, ended_epoch: int, prev: _Pending | None, now_pending: _Pending | None
-) -> int:
-    """Pending time for this interval; moves last read's pending time out of ``d``.
+def _new_pending(prev: _Pending | None, now_pending: _Pending | None, unknown_ns: int) -> int:
+    """Blocked time of this interval whose waker is not known at its end.
 
-    Time reported as pending at the previous read is in this interval's class
-    delta once its waker is known; it was already reported, so it is taken out
-    of the class it landed in (the probe records the class of the first blocked
-    stretch that ended in each epoch; if that is not the one, from the largest
-    class). Returns the pending time new in this interval, including blocked
-    time whose waking the probe never saw.
+    Time reported as pending is not taken back: when the waker becomes known
+    the whole stretch lands in that waker's class in the interval where that
+    happens (so sums over a window are exact). Includes blocked time whose
+    waking the probe never saw (``unknown_ns``).
     """
-    if now_pending is not None and prev is not None and prev.out_ts == now_pending.out_ts:
-        return now_pending.credited_ns - prev.credited_ns + d.wait_unknown_ns
-    if prev is not None:
-        if int(t.out_ts) == prev.out_ts:
-            cls = int(t.wake_class)  # woken since, not yet on a CPU
-        elif int(t.span_ep) == ended_epoch and int(t.span_out_ts) == prev.out_ts:
-            cls = int(t.span_class)
-        else:
-            cls = max(range(5), key=lambda i: getattr(d, _WAKE_FIELDS[i]))
-        f = _WAKE_FIELDS[min(cls, WAKE_OTHER)]
-        setattr(d, f, max(0, getattr(d, f) - prev.credited_ns))
-    fresh = now_pending.credited_ns if now_pending is not None else 0
-    return fresh + d.wait_unknown_ns
+    if now_pending is None:
+        return unknown_ns
+    if prev is not None and prev.out_ts == now_pending.out_ts:
+        return max(0, now_pending.credited_ns - prev.credited_ns) + unknown_ns
+    return now_pending.credited_ns + unknown_ns
 
 
 def _as_int(v: Any) -> int:
@@ -655,7 +643,7 @@ class BpfSchedProbe:
             group_cum.setdefault(cur.tgid, _Cum(cur.tgid)).add(cur)
             if prev is None or prev.tgid != cur.tgid:
                 continue  # first sighting: this window is partial
-            wait_pending = _settle_pending(d, t, ended, self._pending.get(tid), pending)
+            wait_pending = _new_pending(self._pending.get(tid), pending, d.wait_unknown_ns)
             wakers = self._woke_deltas(tid, woke.get(tid, {}))
             per_tid[tid] = TaskSched(
                 runq_ns=d.runq_ns,
