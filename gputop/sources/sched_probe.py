@@ -50,6 +50,16 @@ _ERROR_NAMES = (
 # and of the (victim, preemptor) map.
 MAX_PIPELINE = 4096
 MAX_PREEMPT = 8192
+# What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
+FOOTPRINT = (
+    "eBPF probe footprint: tracepoints only (sched:sched_switch, sched_waking, sched_wakeup,"
+    " sched_process_exit; entry/exit of irq, softirq, timer and x86 irq_vectors to tell"
+    " interrupt context); no kprobes. Other tracers (perf, bcc tools, another gputop) keep"
+    " seeing every event: each program returns 1, which keeps the event."
+)
+# The status reason for the one tick between attaching and the first full
+# eBPF interval (it lands in that frame's sources.notes).
+ATTACHED_NOTE = "eBPF probe attached; its numbers start with the next full interval"
 # Nice value of the thread that compiles the program: the lowest CPU priority.
 COMPILE_NICE = 19
 # Interrupt entry/exit tracepoint pairs ({category}:{event}_entry/_exit) that
@@ -567,7 +577,11 @@ class BpfSchedProbe:
             self.sweep(list(self._prev_tgid), list(self._prev_tid))
         if not self._primed:
             self._primed = True
+            if not self._errors_seen:
+                self._status = SourceStatus("sched", "bpf", True, ATTACHED_NOTE)
             return None
+        if self._status.reason == ATTACHED_NOTE:
+            self._status = SourceStatus("sched", "bpf", True, None)
         return ProbeReading(
             dt_ns=dt_ns,
             per_tgid=per_tgid,
