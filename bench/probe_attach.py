@@ -64,9 +64,8 @@ def main() -> int:
         return 2
     cpus = sorted(os.sched_getaffinity(0))[:2]
     with open("/proc/loadavg") as f:
-        print(
-            f"load average before: {' '.join(f.read().split()[:3])}; CPUs {len(os.sched_getaffinity(0))}"
-        )
+        load = " ".join(f.read().split()[:3])
+    print(f"load average before: {load}; CPUs {len(os.sched_getaffinity(0))}")
     for label, n_hogs in (("idle", 0), ("4 hogs on 2 cores", 4)):
         hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(n_hogs)]
         for h in hogs:
@@ -76,10 +75,8 @@ def main() -> int:
             for nice in (19, 0):
                 vals = [measure(nice) for _ in range(args.rounds)]
                 runs = " ".join(f"{v:.2f}" for v in vals)
-                print(
-                    f"{label:18s} compile nice {nice:2d}: attach median {statistics.median(vals):.2f} s [{runs}]",
-                    flush=True,
-                )
+                med = statistics.median(vals)
+                print(f"{label:18s} compile nice {nice:2d}: attach median {med:.2f} s [{runs}]")
         finally:
             for h in hogs:
                 h.kill()
