@@ -5,28 +5,44 @@ which queues it and posts one ``FrameArrived`` wake-up at a time (backpressure:
 while the UI is behind, frames pile up in the inbox instead of the message
 queue, and the next wake-up drains them all with one render). Replay: the
 frames are loaded at once and ← → move along the timeline.
+
+Widgets own their view state (the table's sort, tree and filter are reactives)
+and say what happened with the messages in ``gputop.messages``; the app acts on
+them. Anything that touches the host (signals, snapshot bundles) runs in a
+thread worker through a Textual-free module and comes back as a typed message.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import threading
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
-from textual import events, on
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid
-from textual.message import Message
+from textual.reactive import reactive
+from textual.signal import Signal
 from textual.widgets import Footer
 
 from gputop.config import Config, load_config
 from gputop.errors import UsageError
+from gputop.messages import (
+    FilterCancelled,
+    FrameArrived,
+    KillRequested,
+    ProcessOpened,
+    ProcessSignalled,
+    SnapshotFailed,
+    SnapshotSaved,
+    ViewChanged,
+)
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
 from gputop.model.history import History
+from gputop.procctl import signal_process
 from gputop.runtime import Options
 from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
@@ -35,24 +51,16 @@ from gputop.screens.sort import SortScreen
 from gputop.widgets.banner import VerdictBanner
 from gputop.widgets.filter_input import FilterInput
 from gputop.widgets.gpu_panel import GpuPanel
-from gputop.widgets.process_table import COLUMN_KEYS, COLUMNS, ProcessTable
-from gputop.widgets.status_line import StatusInfo, StatusLine
+from gputop.widgets.process_table import ProcessTable
+from gputop.widgets.status_line import StatusLine
 
 HISTORY_WINDOW_S = 600.0
 GPU_PANEL_MIN_W = 38
 FEED_CHECK_S = 5.0
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
-    {"filter", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub"}
+    {"filter", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub", "kill"}
 )
-
-
-class FrameArrived(Message):
-    """A new frame is in the inbox (posted from the sampler thread)."""
-
-    def __init__(self, frame: Frame) -> None:
-        super().__init__()
-        self.frame = frame
 
 
 class Feed(Protocol):
@@ -66,13 +74,30 @@ class Feed(Protocol):
 
     def statuses(self) -> list[SourceStatus]: ...
 
+    @property
+    def error(self) -> BaseException | None:
+        """Why the feed stopped delivering frames, if it did."""
+        ...
+
+
+class FrameSampler(Protocol):
+    """What SamplerFeed needs of a sampler (gputop.sampler.Sampler is one)."""
+
+    error: BaseException | None
+
+    def start(self, on_frame: Callable[[Frame], None]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def statuses(self) -> Sequence[SourceStatus]: ...
+
 
 class SamplerFeed:
     """Live or demo data: the sampler's thread offers every frame to the app."""
 
     live = True
 
-    def __init__(self, sampler: Any) -> None:
+    def __init__(self, sampler: FrameSampler) -> None:
         self.sampler = sampler
 
     def start(self, app: GputopApp) -> None:
@@ -87,8 +112,7 @@ class SamplerFeed:
     @property
     def error(self) -> BaseException | None:
         """Why the sampler thread stopped, if it did."""
-        error: BaseException | None = self.sampler.error
-        return error
+        return self.sampler.error
 
 
 class ReplayFeed:
@@ -109,25 +133,10 @@ class ReplayFeed:
     def statuses(self) -> list[SourceStatus]:
         return []
 
-
-def _send_signal(p: ProcessSample, sig: int) -> str:
-    """Signal the process if it is still the same one (pid and start time); say what happened."""
-    from gputop.sources.procfs import parse_stat
-
-    try:
-        with open(f"/proc/{p.pid}/stat", "rb") as fh:
-            st = parse_stat(fh.read())
-    except OSError:
-        return f"PID {p.pid} has already exited"
-    if st is None or st.start != p.start_time:
-        return f"PID {p.pid} is now a different process; not signalled"
-    try:
-        os.kill(p.pid, sig)
-    except ProcessLookupError:
-        return f"PID {p.pid} has already exited"
-    except PermissionError:
-        return f"not permitted to signal PID {p.pid}"
-    return f"sent {signal.Signals(sig).name} to PID {p.pid}"
+    @property
+    def error(self) -> BaseException | None:
+        """A recorded timeline never fails after loading."""
+        return None
 
 
 class GputopApp(App[int]):
@@ -174,6 +183,9 @@ class GputopApp(App[int]):
         "scrub_forward": "replay: one frame later",
     }
 
+    # Frozen display while sampling goes on; the status line shows it (data-bound).
+    paused: reactive[bool] = reactive(False, init=False)
+
     def __init__(
         self,
         feed: Feed,
@@ -190,7 +202,8 @@ class GputopApp(App[int]):
         self.readonly = readonly
         self.redact = redact
         self.history = History(HISTORY_WINDOW_S, interval_s)
-        self.paused = False
+        # Published after every render, for screens that draw from the history (drill-down).
+        self.history_updated: Signal[History] = Signal(self, "history_updated")
         self.timeline: list[Frame] = []
         self.cursor = -1
         self._inbox: deque[Frame] = deque()
@@ -224,19 +237,18 @@ class GputopApp(App[int]):
         yield Grid(id="gpus")
         yield ProcessTable(id="procs")
         yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
-        yield StatusLine(id="status")
+        yield StatusLine(interval_s=self.interval_s, id="status").data_bind(GputopApp.paused)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
-        self._status()
         self.feed.start(self)
         if self.feed.live:
             self.set_interval(FEED_CHECK_S, self.check_feed)
 
     def check_feed(self) -> None:
         """Say once, loudly, if the feed's thread died (the screen would silently freeze)."""
-        error = getattr(self.feed, "error", None)
+        error = self.feed.error
         if error is not None and not self._feed_failed:
             self._feed_failed = True
             self.notify(
@@ -288,8 +300,8 @@ class GputopApp(App[int]):
             self.render_frame()
             return
         self.cursor = max(0, min(index, len(self.timeline) - 1))
-        interval = self.timeline[self.cursor].interval or self.interval_s
-        self.history = History(HISTORY_WINDOW_S, interval)
+        self.query_one(StatusLine).replay = f"replay {self.cursor + 1}/{len(self.timeline)} ←→"
+        self.history.reset(self.timeline[self.cursor].interval or self.interval_s)
         for frame in self.timeline[
             max(0, self.cursor + 1 - self.history.capacity) : self.cursor + 1
         ]:
@@ -305,10 +317,8 @@ class GputopApp(App[int]):
             self.query_one(VerdictBanner).show(frame.verdicts, has_gpus=bool(frame.gpus))
             self._show_gpus(frame)
             self.table.show(frame.processes)
-        self._status()
-        if isinstance(self.screen, ProcessScreen):
-            self.screen.history = self.history
-            self.screen.refresh_from_history()
+            self.query_one(StatusLine).show_frame(frame)
+        self.history_updated.publish(self.history)
 
     def _show_gpus(self, frame: Frame) -> None:
         ids: tuple[str | None, ...] = tuple(g.uuid for g in frame.gpus) or (None,)
@@ -337,23 +347,6 @@ class GputopApp(App[int]):
         grid.styles.grid_size_columns = cols
         grid.styles.grid_size_rows = -(-n // cols)
         grid.styles.grid_rows = "3" if self._gpu_ids == (None,) else "5"
-
-    def _status(self) -> None:
-        col = next(c for c in COLUMNS if c.key == self.table.sort_key)
-        replay = ""
-        if self.timeline:
-            replay = f"replay {self.cursor + 1}/{len(self.timeline)} ←→"
-        self.query_one(StatusLine).show(
-            self.history.last,
-            StatusInfo(
-                paused=self.paused,
-                interval_s=self.interval_s,
-                sort=col.label + ("▼" if self.table.sort_reverse else "▲"),
-                tree=self.table.tree_mode,
-                needle=self.table.needle,
-                replay=replay,
-            ),
-        )
 
     # ---- actions --------------------------------------------------------------
 
@@ -389,8 +382,7 @@ class GputopApp(App[int]):
 
     @on(FilterInput.Changed)
     def _filter_changed(self, event: FilterInput.Changed) -> None:
-        self.table.set_view(needle=event.value)
-        self._status()
+        self.table.needle = event.value
 
     @on(FilterInput.Submitted)
     def _filter_done(self) -> None:
@@ -399,14 +391,13 @@ class GputopApp(App[int]):
             box.remove_class("-active")
         self.table.focus()
 
-    @on(FilterInput.Cancelled)
+    @on(FilterCancelled)
     def _filter_cancelled(self) -> None:
         box = self.query_one(FilterInput)
         box.value = ""
         box.remove_class("-active")
-        self.table.set_view(needle="")
+        self.table.needle = ""
         self.table.focus()
-        self._status()
 
     def action_clear_filter(self) -> None:
         if self.table.needle:
@@ -415,93 +406,95 @@ class GputopApp(App[int]):
     def action_sort_menu(self) -> None:
         def chosen(key: str | None) -> None:
             if key is not None:
-                self._sort_by(key)
+                self.table.sort_by(key)
 
         self.push_screen(SortScreen(self.table.sort_key), chosen)
 
     def action_sort_step(self, step: int) -> None:
-        i = COLUMN_KEYS.index(self.table.sort_key)
-        self._sort_by(COLUMN_KEYS[(i + step) % len(COLUMN_KEYS)])
-
-    def _sort_by(self, key: str) -> None:
-        col = next(c for c in COLUMNS if c.key == key)
-        if key == self.table.sort_key:
-            self.table.set_view()
-        else:
-            self.table.set_view(sort_key=key, reverse=col.descending)
-        self._status()
-
-    def on_process_table_header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
-        if event.column == self.table.sort_key:
-            self.action_invert()
-        else:
-            self._sort_by(event.column)
+        self.table.sort_step(step)
 
     def action_invert(self) -> None:
-        self.table.set_view(reverse=not self.table.sort_reverse)
-        self._status()
+        self.table.sort_reverse = not self.table.sort_reverse
 
     def action_tree(self) -> None:
-        self.table.set_view(tree=not self.table.tree_mode)
-        self._status()
+        self.table.tree_mode = not self.table.tree_mode
+
+    @on(ViewChanged)
+    def _view_changed(self, event: ViewChanged) -> None:
+        self.query_one(StatusLine).view = event.view
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        if not self.paused:
+
+    def watch_paused(self, paused: bool) -> None:
+        if not paused:
             self.render_frame()
-        self._status()
 
     def action_scrub(self, step: int) -> None:
         self._seek(self.cursor + step)
 
-    def on_process_table_opened(self, event: ProcessTable.Opened) -> None:
-        self.push_screen(ProcessScreen(event.process.key, self.history, self.feed.live))
+    @on(ProcessOpened)
+    def _open_process(self, event: ProcessOpened) -> None:
+        self.push_screen(
+            ProcessScreen(event.process.key, self.history, self.history_updated, self.feed.live)
+        )
 
     def action_kill(self) -> None:
+        p = self.table.selected
+        if p is not None:
+            self.post_message(KillRequested(p))
+
+    @on(KillRequested)
+    def _kill_requested(self, event: KillRequested) -> None:
         if self.readonly:
             self.notify("read-only mode (--readonly): killing is disabled", severity="warning")
             return
         if not self.feed.live:
             self.notify("replay: these processes are not on this machine", severity="warning")
             return
-        if isinstance(self.screen, ProcessScreen):
-            p = self.screen.process
-        else:
-            p = self.table.selected
-        if p is None:
-            return
-        target = p
+        target = event.process
 
         def answered(sig: int | None) -> None:
             if sig is not None:
-                self.notify(_send_signal(target, sig), markup=False)
+                self._send_signal(target, sig)
 
         self.push_screen(KillScreen(target), answered)
 
-    def action_snapshot(self) -> None:
-        from gputop import snapshot
+    @work(thread=True, group="signal")
+    def _send_signal(self, p: ProcessSample, sig: int) -> None:
+        self.post_message(ProcessSignalled(signal_process(p.pid, p.start_time, sig)))
 
+    @on(ProcessSignalled)
+    def _signalled(self, event: ProcessSignalled) -> None:
+        self.notify(event.outcome.message, markup=False)
+
+    def action_snapshot(self) -> None:
         frames = list(self.history.frames)
         if not frames:
             self.notify("nothing to snapshot yet", severity="warning")
             return
-        svg = self.export_screenshot()
-        statuses = self.feed.statuses()
+        self._write_snapshot(frames, self.feed.statuses(), self.export_screenshot())
 
-        def write() -> None:
-            try:
-                meta = snapshot.collect_meta(statuses)
-                path = snapshot.write_bundle(
-                    frames, meta, self.config.snapshot_dir, svg, self.redact
-                )
-            except (UsageError, OSError) as exc:
-                self.call_from_thread(
-                    self.notify, f"snapshot failed: {exc}", severity="error", markup=False
-                )
-                return
-            self.call_from_thread(self.notify, f"snapshot saved: {path}", markup=False)
+    @work(thread=True, exclusive=True, group="snapshot")
+    def _write_snapshot(self, frames: list[Frame], statuses: list[SourceStatus], svg: str) -> None:
+        # Host facts (NVML versions included) are read here, off the UI thread.
+        from gputop import snapshot
 
-        self.run_worker(write, thread=True, group="snapshot")
+        try:
+            meta = snapshot.collect_meta(statuses)
+            path = snapshot.write_bundle(frames, meta, self.config.snapshot_dir, svg, self.redact)
+        except (UsageError, OSError) as exc:
+            self.post_message(SnapshotFailed(str(exc)))
+            return
+        self.post_message(SnapshotSaved(path))
+
+    @on(SnapshotSaved)
+    def _snapshot_saved(self, event: SnapshotSaved) -> None:
+        self.notify(f"snapshot saved: {event.path}", markup=False)
+
+    @on(SnapshotFailed)
+    def _snapshot_failed(self, event: SnapshotFailed) -> None:
+        self.notify(f"snapshot failed: {event.reason}", severity="error", markup=False)
 
 
 def _replay_feed(path: str) -> ReplayFeed:

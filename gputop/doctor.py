@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from gputop.procctl import PYSPY_INSTALL_HINT, find_pyspy
 from gputop.runtime import Options
 from gputop.sources.bcc_loader import INSTALL_FIX, find_bcc
 from gputop.sources.nvml import NvmlFacts, probe_nvml
@@ -34,7 +35,6 @@ CAP_BPF = 39
 
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 KHEADERS = "/sys/kernel/kheaders.tar.xz"
-PYSPY_FIX = "pip install py-spy  (or: pip install 'gputop-tui[pyspy]')"
 
 
 @dataclass(frozen=True)
@@ -327,23 +327,20 @@ def check_pyspy(
     ptrace_scope_path: str = "/proc/sys/kernel/yama/ptrace_scope",
 ) -> Check:
     """py-spy for Python stacks in the process drill-down, and whether it may attach."""
-    if search_path is None:
-        # The venv's bin directory is not always on PATH (gputop run by its full path).
-        search_path = os.pathsep.join([os.environ.get("PATH", ""), os.path.dirname(sys.executable)])
-    exe = shutil.which("py-spy", path=search_path)
+    exe = find_pyspy(search_path)
     if exe is None:
         return Check(
             "py-spy",
             False,
             "not found on PATH: the drill-down shows no Python stacks",
-            PYSPY_FIX,
+            PYSPY_INSTALL_HINT,
         )
     try:
         out = subprocess.run(
             [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
-        return Check("py-spy", False, f"{exe} does not run: {exc}", PYSPY_FIX)
+        return Check("py-spy", False, f"{exe} does not run: {exc}", PYSPY_INSTALL_HINT)
     euid = os.geteuid() if euid is None else euid
     scope = _ptrace_scope(ptrace_scope_path)
     if scope == 3:

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Posted
 from frames_fixture import (
     OTHER_TRAINER_PID,
     STARVING_TRAINER_PID,
@@ -27,10 +24,11 @@ from frames_fixture import (
 from gputop.app import GputopApp, ReplayFeed
 from gputop.config import Config, load_config, parse_config
 from gputop.errors import UsageError
+from gputop.messages import KillRequested, ProcessSignalled, TableView, ViewChanged
 from gputop.model.frame import Frame, ProcessSample
 from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
-from gputop.screens.process import ProcessScreen, histogram_lines, pyspy_dump
+from gputop.screens.process import ProcessScreen, histogram_lines
 from gputop.screens.sort import SortScreen
 from gputop.widgets.banner import VerdictBanner
 from gputop.widgets.gpu_panel import GpuPanel
@@ -39,16 +37,6 @@ from gputop.widgets.sparkline import sparkline
 from gputop.widgets.status_line import StatusLine
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
-
-
-def sync(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    """Run an async Pilot test in its own event loop (no async pytest plugin needed)."""
-
-    @functools.wraps(test)
-    def run(*args: object, **kwargs: object) -> None:
-        asyncio.run(test(*args, **kwargs))
-
-    return run
 
 
 def replay_app(n: int = 60, **kw: object) -> GputopApp:
@@ -70,7 +58,6 @@ def status_text(app: GputopApp) -> str:
 # ---- main screen ---------------------------------------------------------------
 
 
-@sync
 async def test_main_screen_shows_starving_banner_both_gpus_and_every_process() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -90,7 +77,6 @@ async def test_main_screen_shows_starving_banner_both_gpus_and_every_process() -
         assert "gpu:demo" in status_text(app) and "sched:bpf" in status_text(app)
 
 
-@sync
 async def test_banner_is_calm_without_verdicts() -> None:
     app = replay_app(verdicts=False)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -100,7 +86,6 @@ async def test_banner_is_calm_without_verdicts() -> None:
         assert "no verdict yet" in str(banner.render())
 
 
-@sync
 async def test_no_gpu_panel_says_host_signals_only_and_why() -> None:
     app = replay_app(gpus=False)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -116,7 +101,6 @@ async def test_no_gpu_panel_says_host_signals_only_and_why() -> None:
         assert "no GPU to judge" in str(banner.render())
 
 
-@sync
 async def test_tree_puts_dataloader_workers_under_their_trainer_and_t_flattens() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -132,7 +116,6 @@ async def test_tree_puts_dataloader_workers_under_their_trainer_and_t_flattens()
         assert not app.table.tree_mode
 
 
-@sync
 async def test_sort_keys_step_columns_invert_and_pick_from_f6_menu() -> None:
     app = replay_app()
     last = make_frames(60)[-1]
@@ -155,7 +138,6 @@ async def test_sort_keys_step_columns_invert_and_pick_from_f6_menu() -> None:
         assert "sort PID" in status_text(app)
 
 
-@sync
 async def test_filter_narrows_rows_enter_keeps_it_and_escape_clears() -> None:
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -172,7 +154,6 @@ def last_processes() -> tuple[ProcessSample, ...]:
     return make_frames(60)[-1].processes
 
 
-@sync
 async def test_selection_follows_its_process_and_rows_update_in_place() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -201,7 +182,6 @@ async def test_selection_follows_its_process_and_rows_update_in_place() -> None:
         assert app.table.selected.pid == STARVING_TRAINER_PID
 
 
-@sync
 async def test_only_rows_whose_cells_changed_are_rendered_again() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -224,7 +204,6 @@ async def test_only_rows_whose_cells_changed_are_rendered_again() -> None:
         assert app.table.cells("5000:3000")[3] == "12.3"
 
 
-@sync
 async def test_reused_pid_is_a_new_row() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -238,7 +217,6 @@ async def test_reused_pid_is_a_new_row() -> None:
         assert "5000:77" in app.table.order and "5000:3000" not in app.table.order
 
 
-@sync
 async def test_frames_from_another_thread_are_coalesced_not_lost() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -254,7 +232,6 @@ async def test_frames_from_another_thread_are_coalesced_not_lost() -> None:
         assert app.history.last is not None and app.history.last.seq == 30
 
 
-@sync
 async def test_pause_freezes_the_display_while_history_keeps_growing() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -275,7 +252,6 @@ async def test_pause_freezes_the_display_while_history_keeps_growing() -> None:
         assert app.table.cells("5000:3000")[3] == "12.3"
 
 
-@sync
 async def test_enter_opens_the_drilldown_and_escape_returns_with_selection_kept() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -298,7 +274,6 @@ async def test_enter_opens_the_drilldown_and_escape_returns_with_selection_kept(
         assert app.table.selected.pid == STARVING_TRAINER_PID
 
 
-@sync
 async def test_drilldown_follows_new_frames() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -317,7 +292,6 @@ async def test_drilldown_follows_new_frames() -> None:
         assert app.table.tree_mode
 
 
-@sync
 async def test_help_lists_every_binding_and_closes() -> None:
     app = replay_app(5)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -333,7 +307,6 @@ async def test_help_lists_every_binding_and_closes() -> None:
         assert isinstance(app.screen, HelpScreen)
 
 
-@sync
 async def test_left_right_scrub_the_replay_timeline() -> None:
     app = replay_app(10)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -347,7 +320,6 @@ async def test_left_right_scrub_the_replay_timeline() -> None:
         assert app.cursor == 8 and "replay 9/10" in status_text(app)
 
 
-@sync
 async def test_mouse_click_selects_a_row_and_a_header_click_sorts() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -360,7 +332,6 @@ async def test_mouse_click_selects_a_row_and_a_header_click_sorts() -> None:
         assert app.table.sort_key == "pid" and app.table.sort_reverse
 
 
-@sync
 async def test_arrows_move_the_filter_cursor_not_the_replay() -> None:
     app = replay_app(10)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -368,22 +339,21 @@ async def test_arrows_move_the_filter_cursor_not_the_replay() -> None:
         assert app.cursor == 9
 
 
-@sync
-async def test_a_dead_sampler_thread_is_reported_once() -> None:
+async def test_a_dead_sampler_thread_is_reported_once(posted: Posted) -> None:
     feed = PushFeed()
     app = GputopApp(feed)
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
         app.check_feed()
-        assert not app._notifications
+        await pilot.pause()
+        assert posted.notes() == []
         feed.error = RuntimeError("probe exploded")
         app.check_feed()
         app.check_feed()
         await pilot.pause()
-        messages = [n.message for n in app._notifications]
-        assert len(messages) == 1 and "probe exploded" in messages[0]
+        notes = posted.notes()
+        assert len(notes) == 1 and "probe exploded" in notes[0]
 
 
-@sync
 async def test_quit_key_exits() -> None:
     app = replay_app(3)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -391,7 +361,6 @@ async def test_quit_key_exits() -> None:
     assert app.return_code == 0
 
 
-@sync
 async def test_survives_resize_down_to_80x24() -> None:
     app = replay_app()
     async with app.run_test(size=(160, 50)) as pilot:
@@ -405,7 +374,60 @@ async def test_survives_resize_down_to_80x24() -> None:
         assert all(len(line) > 0 for line in panel._lines)
 
 
-@sync
+async def test_k_in_the_drilldown_asks_the_app_to_kill_that_process(posted: Posted) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(120, 40), message_hook=posted) as pilot:
+        feed.push(make_frame(0))
+        await pilot.pause()
+        app.table.select_key(STARVING_KEY)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ProcessScreen)
+        # The table's cursor moves away underneath; the drill-down still names its own process.
+        app.table.action_jump(-1)
+        await pilot.press("k")
+        await pilot.pause()
+        [asked] = posted.of(KillRequested)
+        assert asked.process.pid == STARVING_TRAINER_PID
+        assert isinstance(app.screen, KillScreen) and app.screen.process.pid == STARVING_TRAINER_PID
+        await pilot.press("escape")
+        await pilot.pause()
+        assert posted.of(ProcessSignalled) == []
+
+
+async def test_view_changes_are_posted_and_shown_on_the_status_line(posted: Posted) -> None:
+    app = replay_app()
+    async with app.run_test(size=(120, 40), message_hook=posted) as pilot:
+        await pilot.pause()
+        assert "sort CPU%▼ tree" in status_text(app)
+        await pilot.press("t", "I")
+        await pilot.press("slash", *"bob")
+        await pilot.pause()
+        views = [m.view for m in posted.of(ViewChanged)]
+        assert views[0] == TableView("cpu", True, False, "")
+        assert views[1] == TableView("cpu", False, False, "")
+        assert views[-1] == TableView("cpu", False, False, "bob")
+        assert "sort CPU%▲ │" in status_text(app) and "filter “bob”" in status_text(app)
+
+
+async def test_scrubbing_refills_the_history_an_open_drilldown_holds() -> None:
+    app = replay_app(10)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        history = app.history
+        app.table.select_key(STARVING_KEY)
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProcessScreen) and screen.history is history
+        assert len(history) == 10
+        app.action_scrub(-3)
+        await pilot.pause()
+        assert app.history is history and screen.history is history
+        assert len(history) == 7 and history.last is not None and history.last.seq == 7
+
+
 async def test_markup_in_command_lines_and_thread_names_is_shown_verbatim() -> None:
     feed = PushFeed()
     app = GputopApp(feed)
@@ -463,27 +485,31 @@ def _frame_with(child: subprocess.Popen[bytes]) -> Frame:
 
 
 @pytest.mark.parametrize(("key", "expected"), [("t", -signal.SIGTERM), ("K", -signal.SIGKILL)])
-@sync
-async def test_kill_confirmed_signals_the_real_child(key: str, expected: int) -> None:
+async def test_kill_confirmed_signals_the_real_child(
+    key: str, expected: int, posted: Posted
+) -> None:
     child = _child()
     try:
         feed = PushFeed()
         app = GputopApp(feed)
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
             feed.push(_frame_with(child))
             await pilot.pause()
             assert app.table.selected is not None and app.table.selected.pid == child.pid
             await pilot.press("k")
             assert isinstance(app.screen, KillScreen)
             await pilot.press(key)
+            await app.workers.wait_for_complete()
             await pilot.pause()
             assert child.wait(timeout=10) == expected
+            [done] = posted.of(ProcessSignalled)
+            assert done.outcome.sent and done.outcome.pid == child.pid
+            assert f"to PID {child.pid}" in posted.notes()[-1]
     finally:
         child.kill()
         child.wait()
 
 
-@sync
 async def test_kill_cancelled_leaves_the_process_alone() -> None:
     child = _child()
     try:
@@ -501,39 +527,40 @@ async def test_kill_cancelled_leaves_the_process_alone() -> None:
         child.wait()
 
 
-@sync
-async def test_kill_refuses_a_reused_pid() -> None:
+async def test_kill_refuses_a_reused_pid(posted: Posted) -> None:
     child = _child()
     try:
         feed = PushFeed()
         app = GputopApp(feed)
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
             f = _frame_with(child)
             stale = replace(f.processes[0], start_time=f.processes[0].start_time - 1)
             feed.push(replace(f, processes=(stale, *f.processes[1:])))
             await pilot.pause()
             await pilot.press("k", "t")
+            await app.workers.wait_for_complete()
             await pilot.pause()
             assert child.poll() is None
-            assert any("different process" in n.message for n in app._notifications)
+            [done] = posted.of(ProcessSignalled)
+            assert not done.outcome.sent and "different process" in done.outcome.message
     finally:
         child.kill()
         child.wait()
 
 
-@sync
-async def test_readonly_refuses_to_kill() -> None:
+async def test_readonly_refuses_to_kill(posted: Posted) -> None:
     child = _child()
     try:
         feed = PushFeed()
         app = GputopApp(feed, readonly=True)
-        async with app.run_test(size=(80, 24)) as pilot:
+        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
             feed.push(_frame_with(child))
             await pilot.pause()
             await pilot.press("k")
             await pilot.pause()
+            assert [m.process.pid for m in posted.of(KillRequested)] == [child.pid]
             assert not isinstance(app.screen, KillScreen)
-            assert any("read-only" in n.message for n in app._notifications)
+            assert any("read-only" in n for n in posted.notes())
             assert child.poll() is None
     finally:
         child.kill()
@@ -588,7 +615,6 @@ def test_unknown_binding_or_theme_in_config_is_a_usage_error() -> None:
         GputopApp(PushFeed(), config=parse_config({"theme": "no-such-theme"}))
 
 
-@sync
 async def test_remapped_keys_work_and_show_in_help() -> None:
     config = parse_config({"keys": {"quit": "x", "tree": "T"}})
     app = GputopApp(ReplayFeed(make_frames(3)), config=config)
@@ -604,7 +630,6 @@ async def test_remapped_keys_work_and_show_in_help() -> None:
     assert app.return_code == 0
 
 
-@sync
 async def test_no_color_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     app = replay_app(3)
@@ -637,47 +662,6 @@ def test_histogram_lines_cover_the_nonzero_log2_buckets() -> None:
     assert lines[0].split()[0] == "≥1.02µs" and lines[0].endswith(" 4")
     assert "████████" in lines[1]
     assert histogram_lines((0, 0)) == ["no off-CPU stalls recorded"]
-
-
-def test_pyspy_missing_gives_a_clear_message(tmp_path: Path) -> None:
-    # A fresh interpreter whose PATH and own bin/ hold no py-spy.
-    code = (
-        "import sys; sys.executable = '/nonexistent/python';"
-        "from gputop.screens.process import pyspy_dump; print(pyspy_dump(1))"
-    )
-    env = dict(os.environ, PATH=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[1]))
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-    ).stdout
-    assert "py-spy is not installed" in out
-
-
-def test_pyspy_dumps_a_real_python_stack() -> None:
-    import shutil
-
-    beside = Path(sys.executable).with_name("py-spy")
-    if shutil.which("py-spy") is None and not beside.exists():
-        pytest.skip("py-spy not installed (the pyspy extra)")
-    if os.geteuid() != 0:
-        pytest.skip("py-spy needs ptrace permission (root here)")
-    code = (
-        "import time\n"
-        "def waiting_for_the_next_batch():\n    time.sleep(60)\n"
-        "waiting_for_the_next_batch()\n"
-    )
-    p = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        deadline = time.monotonic() + 20
-        out = ""
-        while time.monotonic() < deadline:
-            out = pyspy_dump(p.pid)
-            if "waiting_for_the_next_batch" in out:
-                break
-            time.sleep(0.3)
-        assert "waiting_for_the_next_batch" in out, out
-    finally:
-        p.kill()
-        p.wait()
 
 
 @pytest.mark.parametrize(

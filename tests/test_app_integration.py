@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import stat
 from pathlib import Path
 
 import pytest
+from conftest import Posted
 from frames_fixture import make_frames
 
 from gputop.app import GputopApp, ReplayFeed, run_app
 from gputop.config import Config
 from gputop.errors import UsageError
+from gputop.messages import SnapshotFailed, SnapshotSaved
 from gputop.runtime import Options
 from gputop.widgets.banner import VerdictBanner
 
@@ -24,22 +25,21 @@ def _args(**kw: object) -> argparse.Namespace:
     return argparse.Namespace(**base)
 
 
-def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(tmp_path: Path) -> None:
+async def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(
+    tmp_path: Path, posted: Posted
+) -> None:
     from gputop.snapshot import load_bundle
 
     app = GputopApp(ReplayFeed(make_frames(10)), config=Config(snapshot_dir=str(tmp_path)))
-
-    async def run() -> None:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            await pilot.press("s")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-
-    asyncio.run(run())
-    saved = [n.message for n in app._notifications if n.message.startswith("snapshot saved: ")]
-    assert len(saved) == 1, [n.message for n in app._notifications]
-    path = saved[0].removeprefix("snapshot saved: ")
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        await pilot.pause()
+        await pilot.press("s")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert posted.of(SnapshotFailed) == []
+    [saved] = posted.of(SnapshotSaved)
+    path = saved.path
+    assert posted.notes() == [f"snapshot saved: {path}"]
     assert Path(path).parent == tmp_path
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     bundle = load_bundle(path)
@@ -49,22 +49,18 @@ def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(tmp_path: Path)
     assert svg.startswith("<svg") and "BUSY" in svg
 
 
-def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path) -> None:
+async def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path) -> None:
     from gputop.app import _replay_feed
     from gputop.snapshot import write_bundle
 
     path = write_bundle(make_frames(12), {}, str(tmp_path), None, True)
     app = GputopApp(_replay_feed(path))
-
-    async def run() -> None:
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            assert app.query_one(VerdictBanner).state == "busy_but_starving"
-            assert app.cursor == 11
-            await pilot.press("left")
-            assert app.cursor == 10
-
-    asyncio.run(run())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.query_one(VerdictBanner).state == "busy_but_starving"
+        assert app.cursor == 11
+        await pilot.press("left")
+        assert app.cursor == 10
 
 
 def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:

@@ -126,6 +126,7 @@ def test_core_modules_never_import_textual():
         "gputop.sampler",
         "gputop.runtime",
         "gputop.record",
+        "gputop.procctl",
         "gputop.cli",
     ]
     code = (

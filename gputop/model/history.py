@@ -23,7 +23,16 @@ class History:
     """
 
     def __init__(self, window_s: float = 600.0, interval_s: float = 1.0) -> None:
-        self.capacity = max(2, math.ceil(window_s / max(0.1, interval_s)))
+        self.window_s = window_s
+        self.reset(interval_s)
+
+    def reset(self, interval_s: float) -> None:
+        """Forget every frame and series; the window holds ``window_s`` at this interval.
+
+        Replay seeking refills the same History, so whoever holds it (an open
+        drill-down) sees the new window without being handed a new object.
+        """
+        self.capacity = max(2, math.ceil(self.window_s / max(0.1, interval_s)))
         self.frames: deque[Frame] = deque(maxlen=self.capacity)
         self._gpu: dict[str, dict[str, Series]] = {}
         self._proc: dict[tuple[int, int], dict[str, Series]] = {}

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
+from textual.signal import Signal
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
+from gputop.messages import KillRequested, StackDumped
 from gputop.model.frame import ProcessSample
 from gputop.model.history import History
+from gputop.procctl import pyspy_dump
 
-PYSPY_TIMEOUT_S = 10.0
 CHARTS = (
     ("offcpu_pct", "off-CPU %"),
     ("runq_pct", "run-queue %"),
@@ -50,34 +48,12 @@ def histogram_lines(hist: Sequence[int], width: int = 30) -> list[str]:
     return out
 
 
-def pyspy_dump(pid: int) -> str:
-    """The process's Python stack from `py-spy dump`, or one line saying why there is none."""
-    # A venv's bin/ is often not on PATH when gputop is started as .venv/bin/gputop.
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    exe = shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
-    if exe is None:
-        return "py-spy is not installed (pip install 'gputop-tui[pyspy]') — no Python stack."
-    try:
-        done = subprocess.run(
-            [exe, "dump", "--pid", str(pid)],
-            capture_output=True,
-            text=True,
-            timeout=PYSPY_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return f"py-spy dump timed out after {PYSPY_TIMEOUT_S:g} s."
-    except OSError as exc:
-        return f"py-spy could not run: {exc.strerror}"
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        why = lines[-1] if lines else f"exit status {done.returncode}"
-        return f"py-spy dump failed: {why} (needs ptrace permission: run as root or same user)"
-    return done.stdout.rstrip() or "py-spy returned no stack."
-
-
 class ProcessScreen(Screen[None]):
-    """One process over the history window; updated with every frame while open."""
+    """One process over the history window; redrawn whenever ``updated`` publishes.
+
+    It keeps the app's History (replay seeking refills that same object) and
+    asks the app to act with messages: ``KillRequested`` for k.
+    """
 
     DEFAULT_CSS = """
     ProcessScreen #head { height: auto; max-height: 3; background: $panel; padding: 0 1; }
@@ -91,14 +67,18 @@ class ProcessScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "app.pop_screen", "Back"),
         Binding("y", "stack", "Py stack"),
-        Binding("k", "app.kill", "Kill"),
+        # The same id as the app's kill binding, so a remap in config.toml applies here too.
+        Binding("k", "kill", "Kill", id="kill"),
     ]
 
-    def __init__(self, key: tuple[int, int], history: History, live: bool) -> None:
+    def __init__(
+        self, key: tuple[int, int], history: History, updated: Signal[History], live: bool
+    ) -> None:
         super().__init__()
         self.key = key
         self.history = history
         self.live = live
+        self._updated = updated
         self._thread_keys: dict[int, tuple[object, ...]] = {}
 
     def compose(self) -> ComposeResult:
@@ -128,7 +108,11 @@ class ProcessScreen(Screen[None]):
         ):
             table.add_column(label, width=width, key=label)
         self.refresh_from_history()
+        self._updated.subscribe(self, self._history_updated)
         self.action_stack()
+
+    def _history_updated(self, _history: History) -> None:
+        self.refresh_from_history()
 
     @property
     def process(self) -> ProcessSample | None:
@@ -245,8 +229,13 @@ class ProcessScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="pyspy")
     def _dump(self, pid: int) -> None:
-        text = pyspy_dump(pid)
-        self.app.call_from_thread(self._show_stack, text)
+        self.post_message(StackDumped(pid, pyspy_dump(pid)))
 
-    def _show_stack(self, text: str) -> None:
-        self.query_one("#stack", Static).update(Text("Python stack:\n" + text))
+    @on(StackDumped)
+    def _show_stack(self, event: StackDumped) -> None:
+        self.query_one("#stack", Static).update(Text("Python stack:\n" + event.text))
+
+    def action_kill(self) -> None:
+        p = self.process
+        if p is not None:
+            self.post_message(KillRequested(p))

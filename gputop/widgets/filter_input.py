@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.widgets import Input
+
+from gputop.messages import FilterCancelled
 
 
 class FilterInput(Input):
@@ -20,8 +21,5 @@ class FilterInput(Input):
         Binding("escape", "cancel", "Clear filter", show=False)
     ]
 
-    class Cancelled(Message):
-        """The user pressed Esc in the filter box."""
-
     def action_cancel(self) -> None:
-        self.post_message(self.Cancelled())
+        self.post_message(FilterCancelled())

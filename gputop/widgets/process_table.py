@@ -16,10 +16,11 @@ from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
-from textual.message import Message
+from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gputop.messages import ProcessOpened, TableView, ViewChanged
 from gputop.model.frame import ProcessSample
 
 
@@ -54,7 +55,18 @@ COLUMNS: tuple[Column, ...] = (
     Column("command", "COMMAND", 0, lambda p: command_text(p), False),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+_BY_KEY = {c.key: c for c in COLUMNS}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
+
+
+def column(key: str) -> Column:
+    """The column with this key."""
+    return _BY_KEY[key]
+
+
+def sort_label(view: TableView) -> str:
+    """The sort as the status line shows it: the column's header and ▼ or ▲."""
+    return column(view.sort_key).label + ("▼" if view.reverse else "▲")
 
 
 def command_text(p: ProcessSample) -> str:
@@ -118,7 +130,7 @@ def arrange(
     In tree mode a DataLoader or pin-memory worker whose trainer is shown sits
     under that trainer; siblings and top-level rows are sorted alike.
     """
-    col = next(c for c in COLUMNS if c.key == sort_key)
+    col = column(sort_key)
     shown = [p for p in procs if matches(p, needle)]
 
     def order(rows: list[ProcessSample]) -> list[ProcessSample]:
@@ -193,25 +205,13 @@ class ProcessTable(ScrollView, can_focus=True):
         Binding("enter", "open", "Details"),
     ]
 
-    class Opened(Message):
-        """Enter (or a double click) on a process."""
-
-        def __init__(self, process: ProcessSample) -> None:
-            super().__init__()
-            self.process = process
-
-    class HeaderClicked(Message):
-        """A click on a column header."""
-
-        def __init__(self, column: str) -> None:
-            super().__init__()
-            self.column = column
+    # The view: whoever shows it (the status line) hears of a change through ViewChanged.
+    sort_key: reactive[str] = reactive("cpu", init=False)
+    sort_reverse: reactive[bool] = reactive(True, init=False)
+    tree_mode: reactive[bool] = reactive(True, init=False)
+    needle: reactive[str] = reactive("", init=False)
 
     def __init__(self, *, id: str | None = None) -> None:
-        self.sort_key = "cpu"
-        self.sort_reverse = True
-        self.tree_mode = True
-        self.needle = ""
         self.cursor_row = 0
         self._procs: tuple[ProcessSample, ...] = ()
         self._by_key: dict[str, ProcessSample] = {}
@@ -259,26 +259,42 @@ class ProcessTable(ScrollView, can_focus=True):
         self._procs = tuple(procs)
         self._apply()
 
-    def set_view(
-        self,
-        *,
-        sort_key: str | None = None,
-        reverse: bool | None = None,
-        tree: bool | None = None,
-        needle: str | None = None,
-    ) -> None:
-        """Change sort, tree mode or filter and re-arrange the rows (selection kept)."""
-        if sort_key is not None:
-            self.sort_key = sort_key
-        if reverse is not None:
-            self.sort_reverse = reverse
-        if tree is not None:
-            self.tree_mode = tree
-        if needle is not None:
-            self.needle = needle
+    @property
+    def view(self) -> TableView:
+        """The current sort, tree mode and filter."""
+        return TableView(self.sort_key, self.sort_reverse, self.tree_mode, self.needle)
+
+    def sort_by(self, key: str) -> None:
+        """Sort by this column, in the direction its values read best (htop's F6)."""
+        if key == self.sort_key:
+            return
+        # Set quietly: the sort_key watcher re-arranges once for both changes.
+        self.set_reactive(ProcessTable.sort_reverse, column(key).descending)
+        self.sort_key = key
+
+    def sort_step(self, step: int) -> None:
+        """Sort by the column ``step`` places to the right (wrapping), htop's < and >."""
+        i = COLUMN_KEYS.index(self.sort_key)
+        self.sort_by(COLUMN_KEYS[(i + step) % len(COLUMN_KEYS)])
+
+    def watch_sort_key(self) -> None:
+        self._view_changed()
+
+    def watch_sort_reverse(self) -> None:
+        self._view_changed()
+
+    def watch_tree_mode(self) -> None:
+        self._view_changed()
+
+    def watch_needle(self) -> None:
+        self._view_changed()
+
+    def _view_changed(self) -> None:
+        """Re-arrange the rows (selection kept), redraw the header, tell the app."""
         self._header = None
         self._apply()
         self.refresh()
+        self.post_message(ViewChanged(self.view))
 
     def _apply(self) -> None:
         rows = arrange(
@@ -444,7 +460,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def action_open(self) -> None:
         p = self.selected
         if p is not None:
-            self.post_message(self.Opened(p))
+            self.post_message(ProcessOpened(p))
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)
@@ -455,7 +471,11 @@ class ProcessTable(ScrollView, can_focus=True):
             for c, w in zip(COLUMNS, self._widths, strict=False):
                 x += GUTTER + w
                 if offset.x < x:
-                    self.post_message(self.HeaderClicked(c.key))
+                    # A click on the sorted column's header inverts it, as in htop.
+                    if c.key == self.sort_key:
+                        self.sort_reverse = not self.sort_reverse
+                    else:
+                        self.sort_by(c.key)
                     return
             return
         self._move_to(self.scroll_offset.y + offset.y - 1)

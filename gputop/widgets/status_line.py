@@ -1,71 +1,65 @@
-"""One line at the bottom: live sources and why one is off, interval, pause, own CPU."""
+"""One line at the bottom: live sources and why one is off, interval, pause, own CPU, view."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
-from textual.widgets import Static
+from textual.reactive import reactive
+from textual.widget import Widget
 
-from gputop.model.frame import Frame
-
-
-@dataclass(frozen=True)
-class StatusInfo:
-    """Everything the status line shows besides the frame itself."""
-
-    paused: bool = False
-    interval_s: float = 1.0
-    sort: str = ""
-    tree: bool = True
-    needle: str = ""
-    replay: str = ""
+from gputop.messages import TableView
+from gputop.model.frame import Frame, Sources
+from gputop.widgets.process_table import sort_label
 
 
-class StatusLine(Static):
-    """Sources (gpu: nvml/demo/none; sched: bpf/procfs) with the first reason one is off."""
+class StatusLine(Widget):
+    """Sources (gpu: nvml/demo/none; sched: bpf/procfs) with the first reason one is off.
+
+    Every shown value is a reactive, so the line redraws only when one of them
+    changed: the app sets ``paused`` and ``replay``, hands on the table's
+    ``ViewChanged`` as ``view``, and each frame's sources through ``show_frame``.
+    """
 
     DEFAULT_CSS = """
     StatusLine { height: 1; background: $panel; color: $text-muted; padding: 0 1; }
     StatusLine.-paused { background: $warning-muted; color: $text-warning; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("starting…", id=id)
-        self._last: tuple[object, ...] | None = None
+    sources: reactive[Sources | None] = reactive(None)
+    # Rounded to what is shown, so a change in the second decimal redraws nothing.
+    own_cpu_pct: reactive[float | None] = reactive(None)
+    interval_s: reactive[float] = reactive(1.0)
+    paused: reactive[bool] = reactive(False, toggle_class="-paused")
+    replay: reactive[str] = reactive("")
+    view: reactive[TableView] = reactive(TableView)
 
-    def show(self, frame: Frame | None, info: StatusInfo) -> None:
-        """Redraw only when a shown value changed."""
-        own = None if frame is None else frame.sampler_cpu_pct
-        key = (
-            None if frame is None else (frame.sources, frame.interval),
-            None if own is None else round(own, 1),
-            info,
-        )
-        if key == self._last:
-            return
-        self._last = key
-        self.set_class(info.paused, "-paused")
-        self.update(self._text(frame, info, own))
+    def __init__(self, *, interval_s: float = 1.0, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.set_reactive(StatusLine.interval_s, interval_s)
 
-    @staticmethod
-    def _text(frame: Frame | None, info: StatusInfo, own: float | None) -> Text:
+    def show_frame(self, frame: Frame) -> None:
+        """Take what this line shows from the newest frame."""
+        self.sources = frame.sources
+        own = frame.sampler_cpu_pct
+        self.own_cpu_pct = None if own is None else round(own, 1)
+
+    def render(self) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
-        if info.paused:
+        if self.paused:
             t.append("PAUSED ", style="bold reverse")
-        if info.replay:
-            t.append(f"{info.replay} ", style="bold")
-        if frame is None:
+        if self.replay:
+            t.append(f"{self.replay} ", style="bold")
+        src = self.sources
+        if src is None:
             t.append("waiting for the first frame…")
             return t
-        src = frame.sources
+        own = self.own_cpu_pct
         t.append(f"gpu:{src.gpu}", style="bold" if src.gpu != "none" else "bold italic")
         t.append(f" sched:{src.sched}", style="bold")
-        t.append(f" │ {info.interval_s:g}s")
+        t.append(f" │ {self.interval_s:g}s")
         t.append(f" │ own CPU {'n/a' if own is None else f'{own:.1f}%'}")
-        t.append(f" │ sort {info.sort}{' tree' if info.tree else ''}")
-        if info.needle:
-            t.append(f" │ filter “{info.needle}”", style="bold")
+        t.append(f" │ sort {sort_label(self.view)}{' tree' if self.view.tree else ''}")
+        if self.view.needle:
+            t.append(f" │ filter “{self.view.needle}”", style="bold")
         if src.notes:
             t.append(f" │ {src.notes[0]}", style="italic")
         return t
