@@ -570,6 +570,7 @@ class BpfSchedProbe:
         per_tid, group_cum = self._thread_deltas(threads, now, ended, woke)
         per_tgid = self._group_deltas(groups, group_cum, ended)
         preemptors = self._preemptor_deltas(bpf, watched_before)
+        self._free_stale_waiters(bpf, self._prev_tid.keys())
         new_errors = self._check_errors(bpf)
         self._sync_pipeline(bpf)
         self._reads += 1
@@ -762,6 +763,24 @@ class BpfSchedProbe:
                 out[key[0]].append(PreemptorTime(key[1], ns - p_ns, max(0, count - p_count)))
         self._prev_preempt = cur
         return {v: tuple(sorted(lst, key=lambda p: -p.ns)) for v, lst in out.items()}
+
+    def _free_stale_waiters(self, bpf: Any, live_tids: Collection[int]) -> None:
+        """Free run-queue waiter slots of threads that are gone or no longer watched.
+
+        The kernel frees a slot when its thread gets a CPU; a thread whose entry
+        the sweep removed, or whose process is no longer watched, could keep one.
+        """
+        table = bpf[b"cpu_waiters"]
+        for k, w in table.items():
+            stale = [
+                i
+                for i, tid in enumerate(w.tid)
+                if tid and (tid not in live_tids or w.tgid[i] not in self._want_watched)
+            ]
+            if stale:
+                for i in stale:
+                    w.tid[i] = 0
+                table[k] = w
 
     def _check_errors(self, bpf: Any) -> int:
         """New failed map updates since the last read; a standing reason in the status."""
