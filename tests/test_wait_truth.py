@@ -1,14 +1,11 @@
-"""The wait split and preemptors against ground truth: real DataLoader loops, the real probe.
+"""The wait split and preemptors on real DataLoader jobs, with the real probe.
 
-The loop in ``tests/truthloop.py`` measures for itself how long its main thread
-was blocked inside ``next(iterator)``; gputop's ``wait_input_pct`` for that
-trainer, from a real Sampler with the real bcc probe, must match it over the
-same window. The module shares one attached probe.
+The interrupt trap (a trainer sleeping on a timer among its own busy workers)
+and the preemptor attribution. The module shares one attached probe.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -20,9 +17,8 @@ from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import Sampler
 from gputop.sources.procfs import ProcSource
 from gputop.sources.sched_probe import BpfSchedProbe
-from tests.procutil import HOG, kill_all, spawn_python
 from tests.test_sched_probe import _why_not
-from tests.truthloop import blocked_share, read_steps, running_loop
+from tests.truthloop import running_loop
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
 
@@ -64,110 +60,6 @@ def _ticks(sampler: Sampler, n: int) -> tuple[list[float], list[Frame]]:
         frames.append(sampler.tick())
         next_at = times[-1] + TICK_S
     return times, frames
-
-
-def _window(probe: BpfSchedProbe, pid: int, out: Path) -> tuple[float, float, list[Frame]]:
-    """gputop's and the loop's share of one window blocked waiting for input.
-
-    gputop reports a blocked stretch whose waker is not known yet as pending,
-    and under its waker's class once it is woken; so a window is taken between
-    two reads at which the trainer was not in such a stretch (pending below
-    one point in the frame ending at each edge), and both sides then count
-    the same blocked time. Returns (gputop's time-weighted wait_input_pct,
-    the loop's blocked-in-next share, the window's frames).
-    """
-    sampler = Sampler(procs=_all_procs(), probe=probe, interval_s=TICK_S)
-    _ticks(sampler, 2)  # the sampler learns the roles; the probe sees every thread
-    times, frames = [], []
-
-    def quiet(i: int) -> bool:
-        r = {p.pid: p for p in frames[i].processes}.get(pid)
-        return r is not None and r.wait_pending_pct is not None and r.wait_pending_pct < 1.0
-
-    start = None
-    next_at = time.monotonic() + TICK_S
-    for _ in range(MAX_TICKS):
-        time.sleep(max(0.0, next_at - time.monotonic()))
-        times.append(time.monotonic())
-        frames.append(sampler.tick())
-        next_at = times[-1] + TICK_S
-        last = len(frames) - 1
-        if start is None and quiet(last):
-            start = last
-        elif start is not None and last - start >= WINDOW_TICKS and quiet(last):
-            break
-    else:
-        pytest.fail(f"no window of {WINDOW_TICKS} ticks between two quiet reads in {MAX_TICKS}")
-    # frames[i] ends with the read at times[i]: the window is times[start]..times[last].
-    window = frames[start + 1 : last + 1]
-    rows = [_row(f, pid) for f in window]
-    assert all(r.sched_source == "bpf" and r.wait_input_pct is not None for r in rows), rows
-    edges = times[start : last + 1]
-    durations = [b - a for a, b in itertools.pairwise(edges)]
-    got = sum(r.wait_input_pct * d for r, d in zip(rows, durations, strict=True))  # type: ignore[operator]
-    # The loop writes a step when it ends: wait for the one that straddles the edge.
-    deadline = time.monotonic() + 15
-    while True:
-        steps = read_steps(out)
-        if (steps and steps[-1].step_end > edges[-1]) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    truth = blocked_share(steps, edges[0], edges[-1])
-    return got / sum(durations), truth, window
-
-
-@pytest.fixture
-def hogs(request: pytest.FixtureRequest) -> Iterator[None]:
-    procs = [spawn_python(HOG) for _ in range(4)] if request.param else []
-    try:
-        yield
-    finally:
-        kill_all(procs)
-
-
-# Each start method and each setting appears both ways; the whole matrix would
-# take minutes for nothing the covering set does not already check.
-CASES = [
-    ("fork", False, "sleep", True),
-    ("fork", True, "spin", False),
-    ("spawn", True, "sleep", True),
-    ("spawn", False, "spin", False),
-    ("forkserver", False, "sleep", False),
-    ("forkserver", True, "spin", True),
-]
-
-
-@pytest.mark.parametrize(
-    ("start_method", "persistent", "standin", "hogs"),
-    CASES,
-    indirect=["hogs"],
-    ids=[
-        f"{m}-{'persistent' if p else 'respawn'}-{s}-{'hogs' if h else 'idle'}"
-        for m, p, s, h in CASES
-    ],
-)
-def test_wait_input_matches_the_loops_own_blocked_time(
-    probe: BpfSchedProbe,
-    tmp_path: Path,
-    start_method: str,
-    persistent: bool,
-    standin: str,
-    hogs: None,
-) -> None:
-    # Epochs of 120 samples (30 batches): without persistent_workers, new
-    # worker processes start every epoch, inside the window.
-    args = ["--start-method", start_method, "--standin", standin, "--epoch-len", "200"]
-    if persistent:
-        args.append("--persistent")
-    with running_loop(tmp_path, args) as (pid, out):
-        got, truth, frames = _window(probe, pid, out)
-    split = [
-        (r.wait_input_pct, r.wait_thread_pct, r.wait_irq_pct, r.wait_other_pct, r.wait_pending_pct)
-        for r in (_row(f, pid) for f in frames)
-    ]
-    print(f"{start_method} persistent={persistent} {standin}: gputop {got:.1f}%, loop {truth:.1f}%")
-    print("input/thread/irq/other/pending per frame:", split)
-    assert abs(got - truth) <= TOLERANCE_POINTS, (got, truth, split)
 
 
 def test_a_timer_sleep_among_busy_workers_is_not_input_wait(

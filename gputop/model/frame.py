@@ -172,6 +172,12 @@ class ProcessSample:
     wait_pending_pct: float | None = None
     # Where this row's scheduler numbers came from: "bpf" or "procfs" (None: not recorded).
     sched_source: str | None = None
+    # Running totals of the main thread's blocked time by waker, ms (eBPF only): a
+    # window's exact split is the difference between its two edge frames.
+    wait_input_total_ms: float | None = None
+    wait_thread_total_ms: float | None = None
+    wait_irq_total_ms: float | None = None
+    wait_other_total_ms: float | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property

@@ -73,6 +73,10 @@ class TaskSched:
     # Of wait_other_ns, for a watched thread: (waking process's tgid, ns), so the
     # caller can count a worker that the probe did not know yet as input.
     other_wakers: tuple[tuple[int, int], ...] = ()
+    # Running totals (since the probe first saw the thread) of blocked time whose
+    # waker is known: (input, thread, irq, other) ns. Differences between two
+    # reads give a window's split exactly, pending stretches included once woken.
+    wait_totals_ns: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,6 +121,8 @@ class _ProcPrev:
     vcsw_total: int = 0
     detailed: bool = False
     user: str | None = None
+    # Main thread's "other process" wake-ups found to be its workers', ns so far.
+    moved_to_input_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +313,8 @@ class ProcSource:
             role, trainer = roles.get(pid, ("other", None))
             row = self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe)
             if probe is not None and dt is not None:
-                row[0] = _with_probe(row[0], probe, feeders.get(pid, set()))
+                prev = self._prev[(pid, st.start)]
+                row[0] = _with_probe(row[0], probe, feeders.get(pid, set()), prev)
             out.extend(row)
         if probe is not None:
             out = [_with_preemptors(p, probe, stats) for p in out]
@@ -518,7 +521,9 @@ def _pct(ns: int, dt_ns: int) -> float:
     return round(min(100.0, 100.0 * ns / dt_ns), 2)
 
 
-def _with_probe(proc: ProcessSample, probe: ProbeReading, feeders: set[int]) -> ProcessSample:
+def _with_probe(
+    proc: ProcessSample, probe: ProbeReading, feeders: set[int], prev: _ProcPrev
+) -> ProcessSample:
     """The process with the probe's own measurements: main thread's wait split, rates, stalls.
 
     ``feeders`` are the process's DataLoader workers as of this tick: wake-ups
@@ -531,7 +536,13 @@ def _with_probe(proc: ProcessSample, probe: ProbeReading, feeders: set[int]) -> 
     if m is not None and proc.threads and any(t.tid == proc.pid for t in proc.threads):
         late = sum(ns for waker, ns in m.other_wakers if waker in feeders)
         moved = min(late, m.wait_other_ns)
+        prev.moved_to_input_ns += moved
+        t_in, t_thread, t_irq, t_other = m.wait_totals_ns
         changes.update(
+            wait_input_total_ms=round((t_in + prev.moved_to_input_ns) / 1e6, 3),
+            wait_thread_total_ms=round(t_thread / 1e6, 3),
+            wait_irq_total_ms=round(t_irq / 1e6, 3),
+            wait_other_total_ms=round(max(0, t_other - prev.moved_to_input_ns) / 1e6, 3),
             blocked_pct=_pct(m.blocked_ns, pdt),
             wait_input_pct=_pct(m.wait_input_ns + moved, pdt),
             wait_thread_pct=_pct(m.wait_thread_ns, pdt),

@@ -674,6 +674,12 @@ class BpfSchedProbe:
                 wait_other_ns=d.wait_other_ns,
                 wait_pending_ns=wait_pending,
                 other_wakers=wakers,
+                wait_totals_ns=(
+                    new_prev[tid].wait_input_ns,
+                    new_prev[tid].wait_thread_ns,
+                    new_prev[tid].wait_irq_ns,
+                    new_prev[tid].wait_other_ns,
+                ),
             )
         self._prev_tid = new_prev
         self._pending = new_pending
