@@ -1,9 +1,10 @@
-"""Prints how long one Prometheus scrape of a frame takes to render, and its size.
+"""Prints how long one Prometheus scrape of a frame takes to render, and its size, and
+how long one atomic write of the same metrics to a textfile takes (``--textfile`` mode).
 
     python bench/export_scrape.py [--processes 40] [--gpus 8] [--scrapes 200]
 
 Scrapes only render the latest frame (no sampling), so this is the whole cost of
-a scrape apart from HTTP.
+a scrape apart from HTTP. The textfile is written in a temporary directory.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from prometheus_client import generate_latest
+from prometheus_client import generate_latest, write_to_textfile
 from prometheus_client.core import CollectorRegistry
 
 from gputop.export import FrameCollector
@@ -71,6 +73,13 @@ def main() -> None:
         f"processes={a.processes} gpus={a.gpus}: {1000 * per:.2f} ms per scrape, "
         f"{len(body) / 1024:.0f} KiB, {series} series"
     )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "gputop.prom")
+        t0 = time.perf_counter()
+        for _ in range(a.scrapes):
+            write_to_textfile(path, reg)
+        per = (time.perf_counter() - t0) / a.scrapes
+    print(f"textfile: {1000 * per:.2f} ms per atomic write (temporary file + rename)")
 
 
 if __name__ == "__main__":

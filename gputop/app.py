@@ -15,6 +15,8 @@ thread worker through a Textual-free module and comes back as a typed message.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -48,6 +50,7 @@ from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen
+from gputop.signals import LoopStopper
 from gputop.widgets.banner import VerdictBanner
 from gputop.widgets.filter_input import FilterInput
 from gputop.widgets.gpu_panel import GpuPanel
@@ -161,6 +164,9 @@ class GputopApp(App[int]):
         Binding("s", "snapshot", "Snap", id="snapshot"),
         Binding("k", "kill", "Kill", id="kill"),
         Binding("q,f10", "quit", "Quit", id="quit"),
+        # Ctrl-C quits from anywhere, as in htop and top; priority so that the
+        # screen's and the filter input's copy bindings do not take it first.
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit_now"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="back"),
         Binding("left", "scrub(-1)", "Earlier", show=False, priority=True, id="scrub_back"),
         Binding("right", "scrub(1)", "Later", show=False, priority=True, id="scrub_forward"),
@@ -178,6 +184,7 @@ class GputopApp(App[int]):
         "snapshot": "write a snapshot bundle with a screenshot",
         "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
         "quit": "quit",
+        "quit_now": "quit, from any screen or the filter",
         "back": "clear the filter / leave a screen",
         "scrub_back": "replay: one frame earlier",
         "scrub_forward": "replay: one frame later",
@@ -194,9 +201,11 @@ class GputopApp(App[int]):
         readonly: bool = False,
         redact: bool = True,
         config: Config | None = None,
+        stopper: LoopStopper | None = None,
     ) -> None:
         super().__init__()
         self.feed = feed
+        self.stopper = stopper
         self.config = config or Config()
         self.interval_s = interval_s
         self.readonly = readonly
@@ -239,6 +248,11 @@ class GputopApp(App[int]):
         yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
         yield StatusLine(interval_s=self.interval_s, id="status").data_bind(GputopApp.paused)
         yield Footer(compact=True)
+
+    def on_load(self) -> None:
+        # The earliest hook inside the running loop: from here an exit signal stops the app.
+        if self.stopper is not None:
+            self.stopper.attach(asyncio.get_running_loop())
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
@@ -507,21 +521,40 @@ def _replay_feed(path: str) -> ReplayFeed:
 
 
 def run_app(args: argparse.Namespace, opts: Options) -> int:
-    """The default command: the live TUI, a demo, or a replay of a snapshot bundle."""
+    """The default command: the live TUI, a demo, or a replay of a snapshot bundle.
+
+    Exit status: 0 after q, F10 or Ctrl-C; 128 + N after signal N (SIGINT 130,
+    SIGTERM 143, SIGHUP 129) at any moment, start-up included.
+    """
     config = load_config()
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)
-    else:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(
+            "the TUI needs a terminal; without one use `gputop record` (JSON frames) "
+            "or `gputop export` (Prometheus)"
+        )
+    if not getattr(args, "replay", None):
         from gputop.runtime import build_sampler
 
         feed = SamplerFeed(build_sampler(opts))
-    app = GputopApp(
-        feed,
-        interval_s=opts.interval_s,
-        readonly=bool(getattr(args, "readonly", False)),
-        redact=not getattr(args, "no_redact", False),
-        config=config,
-    )
-    result = app.run()
+    app: GputopApp | None = None
+
+    def stop(status: int) -> None:
+        if app is not None:
+            app.exit(return_code=status)
+
+    with LoopStopper(stop) as stopper:
+        app = GputopApp(
+            feed,
+            interval_s=opts.interval_s,
+            readonly=bool(getattr(args, "readonly", False)),
+            redact=not getattr(args, "no_redact", False),
+            config=config,
+            stopper=stopper,
+        )
+        result = app.run()
+    if stopper.status is not None:
+        return stopper.status
     return 0 if result is None else int(result)

@@ -7,12 +7,18 @@ import math
 import signal
 import sys
 from collections.abc import Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from gputop import __version__
+# Imported first and kept light: main() must own the exit signals before the heavy
+# modules load, so a Ctrl-C during start-up is an exit status, never a traceback.
+from gputop import __version__, signals
 from gputop.errors import UsageError
-from gputop.runtime import DEFAULT_INTERVAL_S, Options
-from gputop.sampler import MIN_INTERVAL_S
+
+if TYPE_CHECKING:
+    from gputop.runtime import Options
+
+# The sampler's floor (gputop.sampler.MIN_INTERVAL_S; a test keeps them equal).
+MIN_INTERVAL_S = 0.1
 
 PROG = "gputop"
 
@@ -56,6 +62,18 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _dcgm_url(text: str) -> str:
+    """``off``, or a dcgm-exporter URL; ``/metrics`` is added when there is no path."""
+    if text == "off":
+        return text
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"expected http://HOST:PORT[/PATH] or off, got {text!r}")
+    return text if parts.path not in ("", "/") else text.rstrip("/") + "/metrics"
+
+
 def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
     """Global options, accepted before or after the subcommand."""
 
@@ -81,6 +99,14 @@ def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
         default=d(30),
         metavar="N",
         help="also show the N busiest other processes (default 30)",
+    )
+    p.add_argument(
+        "--dcgm",
+        type=_dcgm_url,
+        default=d(None),
+        metavar="URL",
+        help="dcgm-exporter for SM activity where GPM is missing "
+        "(default: http://localhost:9400/metrics if it answers; off to disable)",
     )
 
 
@@ -131,7 +157,20 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="serve metrics and verdicts for Prometheus")
     _add_common(exp, suppress=True)
     exp.add_argument(
-        "--listen", default="127.0.0.1:9400", metavar="HOST:PORT", help="default 127.0.0.1:9400"
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve /metrics here (default 127.0.0.1:19400 unless --textfile is given)",
+    )
+    exp.add_argument(
+        "--textfile",
+        metavar="DIR",
+        help="write DIR/gputop.prom every frame for node-exporter's textfile collector",
+    )
+    exp.add_argument(
+        "--host-label",
+        metavar="NAME",
+        help="value of the Hostname label (default: this host's name; in a pod, the node's)",
     )
     exp.add_argument(
         "--demo", default=argparse.SUPPRESS, metavar="NAME", help="export a built-in demo scenario"
@@ -143,6 +182,7 @@ def options_from(args: argparse.Namespace) -> Options:
     """The options for every command: the command line, then the config file, then defaults."""
     from gputop.config import load_config
     from gputop.model.diagnosis import Thresholds
+    from gputop.runtime import DEFAULT_INTERVAL_S, Options
 
     config = load_config()
     interval_s = args.interval
@@ -154,6 +194,7 @@ def options_from(args: argparse.Namespace) -> Options:
         no_bpf=args.no_bpf,
         demo=getattr(args, "demo", None),
         top_n=args.top,
+        dcgm_url=args.dcgm,
     )
 
 
@@ -198,16 +239,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     return run_app(args, opts)
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    # Turn SIGTERM/SIGHUP into an orderly exit so every `finally` (probe detach,
-    # demo workload teardown) runs.
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `gputop` command."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
+    """Entry point of the `gputop` command.
+
+    SIGINT, SIGTERM and SIGHUP end any command with status 128 + the signal
+    number after its cleanup ran (gputop.signals); the handlers are restored on
+    return so a caller that runs main() in-process keeps its own.
+    """
+    saved = {sig: signal.getsignal(sig) for sig in signals.EXIT_SIGNALS}
+    signals.install_headless()
     try:
         args = build_parser().parse_args(argv)
         return _dispatch(args)
@@ -215,4 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return 130
+        return signals.exit_status(signal.SIGINT)
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)

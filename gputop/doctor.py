@@ -261,8 +261,9 @@ def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float
     if fix and reason.endswith(f"; fix: {fix}"):
         reason = reason[: -len(f"; fix: {fix}")]
     reason = reason.removeprefix("eBPF probe off: ").removesuffix("; scheduler numbers from /proc")
-    if fix and "compiler output" in fix:
-        fix = "read bcc's compiler messages printed above this report; check the rows above"
+    if fix and "gputop doctor" in fix:
+        # The reason quotes the compiler's first error; its causes have rows here.
+        fix = "check the bcc, kernel headers and tracefs rows above"
     if took >= timeout_s:
         reason = f"not attached after {timeout_s:.0f} s: {reason}"
     return Check(name, False, reason, fix)
@@ -389,7 +390,7 @@ def _summary(checks: Sequence[Check]) -> list[str]:
         lines.append("scheduler signals: eBPF probe (exact off-CPU, run-queue and preemptions)")
     elif ok.get("schedstat", False):
         lines.append(
-            "scheduler signals: /proc estimates (fix the eBPF checks above for exact ones)"
+            "scheduler signals: /proc estimates; what a trainer waits on (batches, CPU, GPU) is inferred, not measured: fix the eBPF checks above to measure it"  # noqa: E501
         )
     else:
         lines.append("scheduler signals: CPU time only (no eBPF, no schedstat)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import socket
 import sys
 import threading
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import start_http_server
+from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -27,8 +28,17 @@ from gputop.model.frame import VERDICT_STATES, Frame, ProcessSample
 from gputop.runtime import Options, build_sampler
 
 MIB = 1024 * 1024
-GPU_LABELS = ("host", "gpu", "uuid", "name")
-PROC_LABELS = ("host", "pid", "comm", "role")
+# Label names as dcgm-exporter spells them, so its series and gputop's join with
+# `on(UUID)` or `on(Hostname, gpu)` and no label_replace.
+HOST_LABEL = "Hostname"
+GPU_LABELS = (HOST_LABEL, "gpu", "UUID", "modelName")
+# pod and namespace as dcgm-exporter names them on Kubernetes; "" outside a pod/container.
+PROC_LABELS = (HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id")
+# 9400 is dcgm-exporter's port, and the registry's 9100-9999 exporter range is
+# allocated; gputop takes 9400 + 10000, so both run on one node.
+DEFAULT_PORT = 19400
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+TEXTFILE_NAME = "gputop.prom"
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -81,7 +91,9 @@ class FrameCollector(Collector):
     def collect(self) -> Iterator[Any]:
         with self._lock:
             frame = self._frame
-        up = GaugeMetricFamily("gputop_up", "1 once gputop has sampled a frame", labels=["host"])
+        up = GaugeMetricFamily(
+            "gputop_up", "1 once gputop has sampled a frame", labels=[HOST_LABEL]
+        )
         up.add_metric([self.host], 0.0 if frame is None else 1.0)
         yield up
         if frame is None:
@@ -98,21 +110,21 @@ class FrameCollector(Collector):
     def _frame_metrics(self, frame: Frame) -> Iterator[Any]:
         h = [self.host]
         ts = self._gauge(
-            "gputop_frame_timestamp_seconds", "Unix time at the end of the frame", ["host"]
+            "gputop_frame_timestamp_seconds", "Unix time at the end of the frame", [HOST_LABEL]
         )
         ts.add_metric(h, frame.t)
-        iv = self._gauge("gputop_frame_interval_seconds", "Seconds the frame covers", ["host"])
+        iv = self._gauge("gputop_frame_interval_seconds", "Seconds the frame covers", [HOST_LABEL])
         iv.add_metric(h, frame.interval)
         src = self._gauge(
             "gputop_source_info",
             "Which sources fed the frame",
-            ["host", "gpu_source", "sched_source"],
+            [HOST_LABEL, "gpu_source", "sched_source"],
         )
         src.add_metric([self.host, frame.sources.gpu, frame.sources.sched], 1.0)
         yield from (ts, iv, src)
         if frame.sampler_cpu_pct is not None:
             own = self._gauge(
-                "gputop_sampler_cpu_percent", "gputop's own CPU use, % of one CPU", ["host"]
+                "gputop_sampler_cpu_percent", "gputop's own CPU use, % of one CPU", [HOST_LABEL]
             )
             own.add_metric(h, frame.sampler_cpu_pct)
             yield own
@@ -137,7 +149,7 @@ class FrameCollector(Collector):
         for name, doc, v in values:
             if v is None:
                 continue
-            g = self._gauge(name, doc, ["host"])
+            g = self._gauge(name, doc, [HOST_LABEL])
             g.add_metric([self.host], v)
             yield g
 
@@ -171,6 +183,11 @@ class FrameCollector(Collector):
         lost = self._gauge(
             "gputop_gpu_lost", "1 when the GPU fell off the bus or stopped answering", GPU_LABELS
         )
+        sm_source = self._gauge(
+            "gputop_gpu_sm_source_info",
+            "1 for where SM activity comes from: gpm (NVML), dcgm (dcgm-exporter), demo",
+            [*GPU_LABELS, "source"],
+        )
         for g in frame.gpus:
             labels = [self.host, str(g.index), g.uuid, g.name]
             for key, (_, _, scale) in specs.items():
@@ -181,8 +198,10 @@ class FrameCollector(Collector):
             for r in g.throttle:
                 reasons.add_metric([*labels, r], 1.0)
             lost.add_metric(labels, 1.0 if g.state == "lost" else 0.0)
+            if g.sm_source is not None:
+                sm_source.add_metric([*labels, g.sm_source], 1.0)
         yield from families.values()
-        yield from (throttled, reasons, lost)
+        yield from (throttled, reasons, lost, sm_source)
 
     def _process_metrics(self, frame: Frame) -> Iterator[Any]:
         cpu = self._gauge("gputop_process_cpu_percent", "CPU use, % of one CPU", PROC_LABELS)
@@ -212,8 +231,21 @@ class FrameCollector(Collector):
             labels=list(PROC_LABELS),
         )
         gmem = self._gauge("gputop_process_gpu_memory_bytes", "GPU memory held", PROC_LABELS)
+        wait = self._gauge(
+            "gputop_process_wait_percent",
+            "Share of the interval the main thread was blocked, by who woke it (eBPF only)",
+            [*PROC_LABELS, "reason"],
+        )
         for p in _exported_processes(frame):
-            labels = [self.host, str(p.pid), p.comm, p.role]
+            labels = [
+                self.host,
+                str(p.pid),
+                p.comm,
+                p.role,
+                p.pod_name or "",
+                p.pod_namespace or "",
+                p.container_id or "",
+            ]
             cpu.add_metric(labels, p.cpu_pct)
             if p.offcpu_pct is not None:
                 off.add_metric(labels, p.offcpu_pct)
@@ -224,29 +256,47 @@ class FrameCollector(Collector):
             total.add_metric(labels, float(p.preempt_total))
             if p.gpu_mem_mib is not None:
                 gmem.add_metric(labels, float(p.gpu_mem_mib * MIB))
-        yield from (cpu, off, runq, pre, vol, total, gmem)
+            for reason, pct in (
+                ("input", p.wait_input_pct),
+                ("thread", p.wait_thread_pct),
+                ("irq", p.wait_irq_pct),
+                ("other", p.wait_other_pct),
+            ):
+                if pct is not None:
+                    wait.add_metric([*labels, reason], pct)
+        yield from (cpu, off, runq, pre, vol, total, gmem, wait)
 
     def _verdict_metrics(self, frame: Frame) -> Iterator[Any]:
-        uuid_of = {g.index: g.uuid for g in frame.gpus}
+        gpu_of = {g.index: g for g in frame.gpus}
         state = self._gauge(
             "gputop_verdict",
             "Diagnosis per GPU: 1 for the current state, 0 for the others",
-            ["host", "gpu", "uuid", "state"],
+            [*GPU_LABELS, "state"],
         )
         for v in frame.verdicts:
-            labels = [self.host, str(v.gpu), uuid_of.get(v.gpu, "")]
+            g = gpu_of.get(v.gpu)
+            labels = [
+                self.host,
+                str(v.gpu),
+                "" if g is None else g.uuid,
+                "" if g is None else g.name,
+            ]
             for s in VERDICT_STATES:
                 state.add_metric([*labels, s], 1.0 if s == v.state else 0.0)
         yield state
 
 
-def serve(collector: FrameCollector, host: str, port: int) -> tuple[Any, threading.Thread]:
-    """Start the HTTP server on its own thread; bad addresses become one-line UsageErrors."""
+def _registry(collector: FrameCollector) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    return registry
+
+
+def serve(collector: FrameCollector, host: str, port: int) -> tuple[Any, threading.Thread]:
+    """Start the HTTP server on its own thread; bad addresses become one-line UsageErrors."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        return start_http_server(port, addr=host, registry=registry)
+        return start_http_server(port, addr=host, registry=_registry(collector))
     except socket.gaierror as exc:
         raise UsageError(f"cannot listen on {shown}: {exc.strerror}") from None
     except OSError as exc:
@@ -255,17 +305,67 @@ def serve(collector: FrameCollector, host: str, port: int) -> tuple[Any, threadi
         raise UsageError(f"cannot listen on {shown}: {exc.strerror or exc}") from None
 
 
+class TextfileWriter:
+    """node-exporter's textfile collector mode: the same metrics in DIR/gputop.prom.
+
+    Each frame is written to a temporary file in DIR and renamed over the old one
+    (prometheus-client's write_to_textfile), so node-exporter never reads half a file.
+    """
+
+    def __init__(self, collector: FrameCollector, directory: str) -> None:
+        if not os.path.isdir(directory):
+            raise UsageError(f"--textfile: {directory} is not a directory")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise UsageError(f"--textfile: cannot write in {directory}")
+        self.path = os.path.join(directory, TEXTFILE_NAME)
+        self._collector = collector
+        self._registry = _registry(collector)
+        self.error: OSError | None = None
+
+    def update(self, frame: Frame) -> None:
+        """Sampler callback: take the frame, then rewrite the file."""
+        self._collector.update(frame)
+        try:
+            write_to_textfile(self.path, self._registry)
+            self.error = None
+        except OSError as exc:
+            # A full disk must not kill sampling; the next frame tries again.
+            self.error = exc
+
+    def remove(self) -> None:
+        """A stopped gputop leaves no last values that look current."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
 def export_command(args: argparse.Namespace, opts: Options) -> int:
-    """`gputop export`: serve /metrics until interrupted (exit 2 if the address is unusable)."""
-    host, port = parse_listen(args.listen)
-    collector = FrameCollector(socket.gethostname())
-    httpd, _thread = serve(collector, host, port)
+    """`gputop export`: serve /metrics and/or write a textfile until interrupted.
+
+    Exit status 2 for an unusable address or directory; 143/130 after SIGTERM/SIGINT
+    (gputop.signals), with the probe detached, the port released, the textfile removed.
+    """
+    textfile = getattr(args, "textfile", None)
+    listen = args.listen
+    if listen is None and textfile is None:
+        listen = DEFAULT_LISTEN
+    host_label = getattr(args, "host_label", None) or socket.gethostname()
+    collector = FrameCollector(host_label)
+    writer = TextfileWriter(collector, textfile) if textfile is not None else None
+    httpd = None
+    if listen is not None:
+        host, port = parse_listen(listen)
+        httpd, _thread = serve(collector, host, port)
     sampler = build_sampler(opts)
     try:
-        bound = httpd.server_address
-        where = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
-        print(f"gputop export: serving http://{where}/metrics", flush=True)
-        sampler.start(collector.update)
+        if httpd is not None:
+            bound = httpd.server_address
+            where = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
+            print(f"gputop export: serving http://{where}/metrics", flush=True)
+        if writer is not None:
+            print(f"gputop export: writing {writer.path} every frame", flush=True)
+        sampler.start(collector.update if writer is None else writer.update)
         # The main thread only waits (signals are delivered to it); the sampler and
         # the HTTP server run on their own threads.
         while sampler.error is None:
@@ -274,5 +374,8 @@ def export_command(args: argparse.Namespace, opts: Options) -> int:
         return 1
     finally:
         sampler.close()
-        httpd.shutdown()
-        httpd.server_close()
+        if writer is not None:
+            writer.remove()
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from gputop.model.diagnosis import Diagnoser, Thresholds
 from gputop.sampler import Sampler
 from gputop.sources.base import GpuSource, SchedProbe
-from gputop.sources.procfs import ProcSource
+from gputop.sources.cgroup import ContainerTagger
 
 DEFAULT_INTERVAL_S = 1.0
 
@@ -21,6 +21,9 @@ class Options:
     demo: str | None = None
     top_n: int = 30
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # dcgm-exporter for SM activity where GPM is missing: a URL, None for
+    # auto-detection on localhost:9400, or "off".
+    dcgm_url: str | None = None
 
 
 def gpu_source(opts: Options) -> GpuSource:
@@ -31,7 +34,12 @@ def gpu_source(opts: Options) -> GpuSource:
         return demo_gpu_source(opts.demo)
     from gputop.sources.nvml import NvmlSource
 
-    return NvmlSource()
+    if opts.dcgm_url == "off":
+        return NvmlSource()
+    from gputop.sources.dcgm import DEFAULT_URL, DcgmFill, DcgmReader
+
+    reader = DcgmReader(opts.dcgm_url or DEFAULT_URL, interval_s=opts.interval_s)
+    return DcgmFill(NvmlSource(), reader, auto=opts.dcgm_url is None)
 
 
 def sched_probe(opts: Options) -> SchedProbe | None:
@@ -54,7 +62,8 @@ def build_sampler(opts: Options) -> Sampler:
         notes = ("sched: eBPF probe off (--no-bpf); scheduler numbers from /proc",)
     return Sampler(
         gpu=gpu_source(opts),
-        procs=ProcSource(top_n=opts.top_n),
+        # The /proc source with each process's container and pod identity.
+        procs=ContainerTagger(top_n=opts.top_n),
         probe=None if opts.no_bpf else sched_probe(opts),
         diagnoser=Diagnoser(opts.thresholds),
         interval_s=opts.interval_s,

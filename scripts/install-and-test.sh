@@ -7,12 +7,23 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools; do
+  # prometheus: promtool and a real server for the rules and scrape tests; bpftool: the
+  # tests that check nothing stays attached after gputop exits.
+  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools bpftool prometheus; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  # Debian starts the Prometheus services on install where systemd runs; the tests start
+  # their own servers on free ports, so keep the packaged ones from holding ports.
+  if command -v systemctl >/dev/null; then
+    for svc in prometheus prometheus-node-exporter; do
+      if systemctl is-active --quiet "$svc" 2>/dev/null; then
+        systemctl disable --now "$svc" >/dev/null 2>&1 || true
+      fi
+    done
   fi
   bash scripts/link-kernel-headers.sh
   bash scripts/mount-tracefs.sh

@@ -123,6 +123,8 @@ def test_core_modules_never_import_textual():
         "gputop.model.roles",
         "gputop.sources.procfs",
         "gputop.sources.base",
+        "gputop.sources.dcgm",
+        "gputop.signals",
         "gputop.sampler",
         "gputop.runtime",
         "gputop.record",

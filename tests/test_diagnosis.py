@@ -8,7 +8,15 @@ import pytest
 
 from gputop.errors import UsageError
 from gputop.model.diagnosis import PROBLEM_STATES, Diagnoser, Thresholds
-from gputop.model.frame import Frame, GpuSample, HostSample, ProcessSample, Sources, Verdict
+from gputop.model.frame import (
+    Frame,
+    GpuSample,
+    HostSample,
+    Preemptor,
+    ProcessSample,
+    Sources,
+    Verdict,
+)
 
 TRAINER = 3821
 
@@ -26,6 +34,12 @@ class Proc:
     runq: float | None = 2.0
     preempt: float = 5.0
     comm: str = "python3"
+    # The measured wait split (eBPF); None as under /proc alone.
+    wait_input: float | None = None
+    wait_irq: float | None = None
+    wait_thread: float | None = None
+    wait_other: float | None = None
+    preemptors: tuple[Preemptor, ...] | None = None
 
 
 def trainer(pid: int = TRAINER, gpu: int = 0, **kw: float | None) -> Proc:
@@ -117,6 +131,11 @@ def frame(t: float, case: Case, interval: float = 1.0) -> Frame:
                 preempt_total=0,
                 vcsw_per_s=0.0,
                 gpus=p.gpus,
+                wait_input_pct=p.wait_input,
+                wait_irq_pct=p.wait_irq,
+                wait_thread_pct=p.wait_thread,
+                wait_other_pct=None if p.wait_input is None else (p.wait_other or 0.0),
+                preemptors=p.preemptors,
             )
             for p in case.procs
         ),
@@ -175,23 +194,98 @@ RULES = [
         "low_sm_efficiency",
         id="sm-na-low-power-no-host-cause",
     ),
+    # /proc alone: a trainer queueing for a CPU a quarter of its time is starved, whatever
+    # it sleeps on (the old rule assumed a sleeping trainer waits for its GPU).
     pytest.param(
         Case(
             Gpu(util=97, sm=20),
             (trainer(cpu=5.0, off=95.0, runq=25.0), *workers(2, runq=20.0)),
             BUSY_HOST,
         ),
-        "low_sm_efficiency",
-        id="trainer-queues-on-wakeup-but-mostly-waits-for-gpu",
+        "busy_but_starving",
+        id="proc-trainer-queues-on-wakeup-a-quarter-of-its-time",
+    ),
+    # The case under /proc: the trainer sleeps (on its batches, unmeasured),
+    # its workers wait for a CPU 69% on saturated CPUs.
+    pytest.param(
+        Case(
+            Gpu(util=97, sm=8),
+            (trainer(cpu=3.0, off=97.5, runq=10.4), *workers(2, cpu=40.0, runq=69.0)),
+            BUSY_HOST,
+        ),
+        "busy_but_starving",
+        id="proc-sleeping-trainer-with-starved-workers",
+    ),
+    # Measured: the same numbers with the wait split (bench/diag_thresholds.py starve-input).
+    pytest.param(
+        Case(
+            Gpu(util=97, sm=8),
+            (
+                trainer(cpu=3.0, off=97.5, runq=10.4, wait_input=61.0, wait_irq=26.0),
+                *workers(2, cpu=40.0, runq=69.0, preempt=264.0),
+                *HOGS,
+            ),
+            BUSY_HOST,
+        ),
+        "busy_but_starving",
+        id="measured-trainer-waits-for-batches-workers-starved",
     ),
     pytest.param(
         Case(
+            Gpu(util=97, sm=8),
+            (trainer(cpu=30.0, off=70.7, runq=63.1, wait_input=5.0, wait_irq=2.0), *HOGS),
+            BUSY_HOST,
+        ),
+        "busy_but_starving",
+        id="measured-spinning-trainer-waits-for-a-cpu",
+    ),
+    # Measured: the trainer sleeps on its GPU (interrupt wake-ups) while its workers are
+    # starved but keep up (prefetch): the host is not on the critical path.
+    pytest.param(
+        Case(
             Gpu(util=89, sm=19),
-            (trainer(cpu=7.0, off=93.0, runq=44.0), *workers(2, runq=20.0)),
+            (
+                trainer(cpu=7.0, off=93.0, runq=3.0, wait_input=2.0, wait_irq=88.0),
+                *workers(2, runq=40.0, preempt=250.0),
+            ),
             BUSY_HOST,
         ),
         "low_sm_efficiency",
-        id="loaded-host-but-trainer-still-sleeps-half-the-time-on-its-gpu",
+        id="measured-loaded-host-but-trainer-waits-on-its-gpu",
+    ),
+    # Measured: workers preempted ~100/s each on an idle host (normal): no false alarm.
+    pytest.param(
+        Case(
+            Gpu(util=97, sm=10),
+            (
+                trainer(cpu=5.0, off=94.8, runq=1.2, wait_input=6.7, wait_irq=86.0),
+                *workers(2, cpu=5.0, runq=0.1, preempt=106.9),
+            ),
+        ),
+        "low_sm_efficiency",
+        id="measured-idle-host-workers-preempted-100-per-s",
+    ),
+    # Measured: a slow pipeline without CPU contention, on a GPU that still looks busy.
+    pytest.param(
+        Case(
+            Gpu(util=97, sm=10),
+            (
+                trainer(cpu=3.0, off=96.4, runq=1.2, wait_input=53.0, wait_irq=42.0),
+                *workers(1, cpu=98.0, runq=0.3, preempt=42.9),
+            ),
+            Host(cpu=54.0),
+        ),
+        "input_bound",
+        id="measured-busy-gpu-trainer-waits-for-batches-no-contention",
+    ),
+    pytest.param(
+        Case(
+            Gpu(util=97, sm=10),
+            (trainer(cpu=3.0, off=96.4, runq=1.2), *workers(1, cpu=98.0, runq=0.3)),
+            Host(cpu=54.0),
+        ),
+        "input_bound",
+        id="proc-busy-gpu-trainer-asleep-beside-a-busy-worker",
     ),
     pytest.param(
         Case(Gpu(util=89, sm=19), (trainer(cpu=10.0, off=90.0, runq=70.0),), BUSY_HOST),
@@ -271,25 +365,65 @@ def test_every_verdict_has_evidence_and_problems_have_fixes(case: Case, expected
         assert v.fixes
 
 
-def test_starving_evidence_names_the_trainer_workers_and_runnable_tasks_with_numbers() -> None:
+def test_starving_evidence_under_proc_says_the_wait_split_is_inferred() -> None:
     case = Case(
         Gpu(util=97, sm=12), (STARVED_TRAINER, *workers(4, preempt=207.5), *HOGS), BUSY_HOST
     )
     v = settled(case)
     text = "\n".join(v.evidence)
-    assert f"trainer pid {TRAINER} off-CPU 70% of the last 4 s, 52% waiting for a CPU" in text
-    assert "4 DataLoader workers preempted 830/s" in text
+    assert (
+        f"trainer pid {TRAINER} off-CPU 70% of the last 4 s: 52% waiting for a CPU, 18% asleep"
+        " (on its GPU or its batches: inferred, not measured" in text
+    )
+    assert "its 4 DataLoader workers waited for a CPU 2% and were preempted 208/s each" in text
     assert "9 runnable tasks on 2 CPUs" in text
+    assert "busiest other processes (CPU use; who preempted the job is not measured)" in text
     assert "GPU_UTIL 97%" in text and "SM activity 12%" in text
 
 
-def test_starving_fixes_pin_the_job_renice_the_hogs_and_size_num_workers() -> None:
+def test_measured_starving_evidence_quotes_the_split_and_the_preemptors() -> None:
+    stress = (Preemptor(900, "stress", 71.0), Preemptor(901, "stress", 20.0))
+    case = Case(
+        Gpu(util=97, sm=8),
+        (
+            trainer(cpu=3.0, off=97.5, runq=10.0, wait_input=32.0, wait_irq=50.0),
+            *workers(2, cpu=40.0, runq=51.0, preempt=106.0, preemptors=stress),
+            *HOGS,
+        ),
+        BUSY_HOST,
+    )
+    v = settled(case)
+    text = "\n".join(v.evidence)
+    assert f"trainer pid {TRAINER} waited for batches 32% of the last 4 s and for a CPU 10%" in text
+    assert "woken by interrupts (GPU, timers) 50%" in text
+    assert (
+        "its 2 DataLoader workers waited for a CPU 51% and were preempted 106/s each,"
+        " 71% of that by pid 900 stress and 20% of that by pid 901 stress" in text
+    )
+    assert "inferred" not in text and "busiest other processes" not in text
+    fixes = "\n".join(v.fixes)
+    assert "pid 900 stress (71%)" in fixes and "renice -n 19 -p 900 901" in fixes
+
+
+def test_starving_fixes_on_two_busy_cpus_say_no_pinning_and_lead_with_renice() -> None:
     case = Case(Gpu(util=97, sm=12), (STARVED_TRAINER, *workers(4, preempt=200), *HOGS), BUSY_HOST)
-    fixes = "\n".join(settled(case).fixes)
-    assert "taskset -a -cp 0-1 $p" in fixes and f"{TRAINER} 4000 4001 4002 4003" in fixes
-    assert "renice -n 19 -p 900 901" in fixes
-    assert "num_workers=4" in fixes
-    assert "persistent_workers=True" in fixes
+    fixes = settled(case).fixes
+    assert fixes[0].startswith("renice the busiest other processes") and "900 901" in fixes[0]
+    assert "pinning will not help" in fixes[1] and "taskset" not in "\n".join(fixes)
+    assert any("num_workers=4" in f for f in fixes)
+    assert any("persistent_workers=True" in f for f in fixes)
+
+
+def test_starving_fixes_on_a_big_host_pin_the_job_to_its_own_cpus() -> None:
+    case = Case(
+        Gpu(util=97, sm=12),
+        (STARVED_TRAINER, *workers(4, preempt=200), *HOGS),
+        Host(cpu=95.0, ncpu=16, running=30),
+    )
+    fixes = settled(case).fixes
+    assert fixes[0].startswith("pin the trainer and its workers to CPUs 0-4:")
+    assert f"for p in {TRAINER} 4000 4001 4002 4003; do taskset -a -cp 0-4 $p; done" in fixes[0]
+    assert "for p in 900 901; do taskset -a -cp 5-15 $p; done" in fixes[0]
 
 
 def test_input_bound_suggests_more_workers_when_cores_are_free() -> None:
@@ -451,14 +585,36 @@ def test_bad_thresholds_raise_one_line_usage_error(table: dict[str, object], mes
     assert "\n" not in str(exc.value)
 
 
-def test_low_sm_efficiency_evidence_clears_the_host_with_numbers() -> None:
+def test_low_sm_efficiency_under_proc_says_the_sleep_is_not_measured() -> None:
     v = settled(Case(Gpu(util=97, sm=12), (QUIET_TRAINER,)))
     text = "\n".join(v.evidence)
     assert (
-        f"the host is not what holds the GPU back: trainer pid {TRAINER} sleeps 89% waiting"
-        " for its GPU and waits for a CPU 3%" in text
+        f"no host-side cause seen: trainer pid {TRAINER} waits for a CPU 3%; asleep 89%"
+        " (on its GPU or its batches: inferred, not measured" in text
     )
     assert "SM activity 12% is far below GPU_UTIL 97%" in text
+
+
+def test_measured_low_sm_efficiency_clears_the_host_with_the_measured_split() -> None:
+    quiet = trainer(cpu=8.0, off=92.0, runq=3.0, wait_input=4.0, wait_irq=85.0)
+    v = settled(Case(Gpu(util=97, sm=12), (quiet,)))
+    text = "\n".join(v.evidence)
+    assert (
+        f"the host is not what holds the GPU back: trainer pid {TRAINER} waited for batches 4%"
+        " and for a CPU 3% of the last 4 s (measured)" in text
+    )
+    assert "inferred" not in text
+
+
+@pytest.mark.parametrize("key", ["preempt_high_per_s", "trainer_critical_sleep_pct"])
+def test_a_removed_threshold_in_an_old_config_gets_a_one_line_error_naming_the_replacement(
+    key: str,
+) -> None:
+    with pytest.raises(UsageError) as exc:
+        Thresholds.from_mapping({key: 30})
+    msg = str(exc.value)
+    assert f"threshold {key!r} was removed" in msg and "\n" not in msg
+    assert "runq_high_pct" in msg or "host_wait_pct" in msg
 
 
 def test_every_command_diagnoses_with_the_configured_thresholds() -> None:
@@ -479,10 +635,8 @@ def test_a_gpu_its_starved_host_cannot_feed_is_input_bound_with_the_starving_evi
     v = settled(case)
     text = "\n".join(v.evidence)
     assert "the host cannot feed the GPU" in text
-    assert f"trainer pid {TRAINER} off-CPU 70% of the last 4 s, 52% waiting for a CPU" in text
-    assert any("taskset" in f for f in v.fixes) and any(
-        "renice -n 19 -p 900 901" in f for f in v.fixes
-    )
+    assert f"trainer pid {TRAINER} off-CPU 70% of the last 4 s: 52% waiting for a CPU" in text
+    assert any("renice -n 19 -p 900 901" in f for f in v.fixes)
 
 
 def test_a_processs_first_sighting_without_rates_does_not_dilute_its_averages() -> None:

@@ -113,9 +113,11 @@ def _one(fams: dict[str, list[Sample]], metric: str, /, **labels: str) -> float:
 
 def test_gpu_metrics_carry_host_index_and_uuid() -> None:
     f = _scrape_collector(FRAME)
-    assert _one(f, "gputop_gpu_utilization_percent", host="node1", gpu="0", uuid="GPU-aaa") == 97.0
+    assert (
+        _one(f, "gputop_gpu_utilization_percent", Hostname="node1", gpu="0", UUID="GPU-aaa") == 97.0
+    )
     assert _one(f, "gputop_gpu_sm_active_percent", gpu="0") == 12.0
-    assert _one(f, "gputop_gpu_power_watts", gpu="1", uuid="GPU-bbb") == 60.0
+    assert _one(f, "gputop_gpu_power_watts", gpu="1", UUID="GPU-bbb") == 60.0
     assert _one(f, "gputop_gpu_memory_used_bytes", gpu="0") == 62000 * 2**20
     assert _one(f, "gputop_gpu_throttled", gpu="0") == 1.0
     assert _one(f, "gputop_gpu_throttled", gpu="1") == 0.0
@@ -143,13 +145,13 @@ def test_verdict_is_one_for_the_current_state_only() -> None:
     f = _scrape_collector(FRAME)
     for state in VERDICT_STATES:
         expected = 1.0 if state == "busy_but_starving" else 0.0
-        assert _one(f, "gputop_verdict", gpu="0", uuid="GPU-aaa", state=state) == expected
+        assert _one(f, "gputop_verdict", gpu="0", UUID="GPU-aaa", state=state) == expected
     assert _one(f, "gputop_verdict", gpu="1", state="idle") == 1.0
 
 
 def test_host_metrics() -> None:
     f = _scrape_collector(FRAME)
-    assert _one(f, "gputop_host_cpu_percent", host="node1") == 93.1
+    assert _one(f, "gputop_host_cpu_percent", Hostname="node1") == 93.1
     assert _one(f, "gputop_host_load1") == 12.3
     assert _one(f, "gputop_host_psi_cpu_some_percent") == 41.0
     assert "gputop_host_psi_cpu_full_percent" not in f
@@ -160,7 +162,7 @@ def test_host_metrics() -> None:
 def test_before_the_first_frame_only_up_is_zero() -> None:
     f = _scrape_collector(None)
     assert list(f) == ["gputop_up"]
-    assert _one(f, "gputop_up", host="node1") == 0.0
+    assert _one(f, "gputop_up", Hostname="node1") == 0.0
 
 
 @pytest.mark.parametrize(
@@ -250,13 +252,13 @@ def test_real_scrape_of_fake_nvml_gpus_and_a_gpu_process(tmp_path: Path) -> None
     finally:
         sleeper.terminate()
         sleeper.wait(timeout=10)
-    g0 = {"gpu": "0", "uuid": fake_uuid(0), "name": "NVIDIA H100 80GB HBM3"}
+    g0 = {"gpu": "0", "UUID": fake_uuid(0), "modelName": "NVIDIA H100 80GB HBM3"}
     assert _one(fams, "gputop_gpu_utilization_percent", **g0) == 97.0
     assert _one(fams, "gputop_gpu_sm_active_percent", **g0) == 12.0
     assert _one(fams, "gputop_gpu_power_watts", **g0) == 140.0
     assert _one(fams, "gputop_gpu_memory_used_bytes", **g0) == 62000 * 2**20
     assert _one(fams, "gputop_gpu_throttle_reason", reason="sw_power_cap", **g0) == 1.0
-    assert _one(fams, "gputop_gpu_utilization_percent", gpu="1", uuid=fake_uuid(1)) == 55.0
+    assert _one(fams, "gputop_gpu_utilization_percent", gpu="1", UUID=fake_uuid(1)) == 55.0
     # GPU 1 has no GPM: its SM activity is absent, not 0.
     assert [s.labels["gpu"] for s in fams["gputop_gpu_sm_active_percent"]] == ["0"]
     assert _one(fams, "gputop_source_info", gpu_source="nvml") == 1.0
@@ -286,7 +288,7 @@ def test_real_scrape_over_loopback(exporter: tuple[subprocess.Popen[str], str]) 
     _p, url = exporter
     fams = _wait_for_frame(url)
     host = socket.gethostname()
-    assert _one(fams, "gputop_host_cpus", host=host) == os.cpu_count()
+    assert _one(fams, "gputop_host_cpus", Hostname=host) == os.cpu_count()
     assert 0.0 <= _one(fams, "gputop_host_cpu_percent") <= 100.0
     assert _one(fams, "gputop_source_info", gpu_source="none", sched_source="procfs") == 1.0
     first_t = _one(fams, "gputop_frame_timestamp_seconds")
@@ -310,7 +312,7 @@ def test_the_verdict_gauge_follows_the_diagnosis_of_a_starving_demo() -> None:
     states = {s.labels["state"]: s.value for s in fams["gputop_verdict"]}
     assert set(states) == set(VERDICT_STATES)
     assert sum(states.values()) == 1.0
-    g = {"gpu": labels["gpu"], "uuid": labels["uuid"]}
+    g = {"gpu": labels["gpu"], "UUID": labels["UUID"]}
     util = _one(fams, "gputop_gpu_utilization_percent", **g)
     assert _one(fams, "gputop_gpu_sm_active_percent", **g) < util / 2
     assert "trainer" in {s.labels["role"] for s in fams["gputop_process_offcpu_percent"]}

@@ -265,9 +265,8 @@ def test_sweep_frees_entries_of_tasks_that_are_gone(probe: BpfSchedProbe):
     with open("/proc/sys/kernel/pid_max") as f:
         ghost = int(f.read()) - 1
     assert not os.path.exists(f"/proc/{ghost}")
-    bpf = probe._bpf
-    for name in (b"threads", b"groups"):
-        table = bpf[name]
+    for name in ("threads", "groups"):
+        table = probe._maps[name]
         table[table.Key(ghost)] = table.Leaf()
     threads, groups = probe.map_keys()
     assert ghost in threads and ghost in groups

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,3 +59,121 @@ def running_trainer(
     finally:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+# A training loop that measures where its own time goes. argv[1] is a JSON config:
+# workers, item_cpu_ms (CPU time a worker spends per sample), batch_size, step_ms
+# (the GPU-wait stand-in), step ("sleep": a blocking sync; "spin": CUDA's default
+# spin-wait), start_method, persistent, cpus (affinity, optional). It prints "ready"
+# once batches flow, then appends one JSON line per second to argv[2]: cumulative
+# seconds spent inside next(iterator) ("input_s") and in the stand-in ("step_s"),
+# with perf_counter.
+LOOP = """
+import json, os, sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+cfg = json.loads(sys.argv[1])
+torch.set_num_threads(1)
+if cfg.get("cpus"):
+    os.sched_setaffinity(0, cfg["cpus"])  # the workers inherit it
+
+def burn(ms):
+    end = time.thread_time() + ms / 1000.0
+    while time.thread_time() < end:
+        pass
+
+class Data(Dataset):
+    def __len__(self):
+        return 10**9
+    def __getitem__(self, i):
+        burn(cfg["item_cpu_ms"])
+        return torch.zeros(16)
+
+if __name__ == "__main__":
+    n = cfg["workers"]
+    kw = {}
+    if n:
+        kw = dict(
+            multiprocessing_context=cfg.get("start_method", "fork"),
+            persistent_workers=cfg.get("persistent", True),
+            prefetch_factor=2,
+        )
+    dl = DataLoader(Data(), num_workers=n, batch_size=cfg["batch_size"], **kw)
+    it = iter(dl)
+    next(it)
+    print("ready", flush=True)
+    out = open(sys.argv[2], "a", buffering=1)
+    input_s = step_s = 0.0
+    t_report = time.perf_counter() + 1.0
+    while True:
+        t0 = time.perf_counter()
+        next(it)
+        t1 = time.perf_counter()
+        if cfg["step"] == "spin":
+            end = t1 + cfg["step_ms"] / 1000.0
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(cfg["step_ms"] / 1000.0)
+        t2 = time.perf_counter()
+        input_s += t1 - t0
+        step_s += t2 - t1
+        if t2 >= t_report:
+            out.write(json.dumps({"t": time.time(), "input_s": input_s, "step_s": step_s}) + "\\n")
+            t_report += 1.0
+"""
+
+
+@contextmanager
+def running_loop(
+    directory: Path, config: dict[str, object], name: str = "loop"
+) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """The self-measuring training loop (LOOP), ready; yields it and its stats file.
+
+    Same session as the caller: with autogroup scheduling, CPU hogs the caller
+    starts then compete with it as the test intends.
+    """
+    script = directory / f"{name}.py"
+    script.write_text(LOOP)
+    stats = directory / f"{name}.jsonl"
+    p = subprocess.Popen(
+        [sys.executable, str(script), json.dumps(config), str(stats)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline() == "ready\n"
+        yield p, stats
+    finally:
+        kill_tree(p.pid)
+        p.wait()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process's children (DataLoader workers, forkserver) and then it."""
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    for k in kids:
+        kill_tree(k)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def loop_share_pct(stats: Path, t_from: float, t_to: float) -> tuple[float, float]:
+    """(% of wall time in next(iterator), % in the GPU stand-in) between two unix times."""
+    rows = [json.loads(line) for line in stats.read_text().splitlines() if line.strip()]
+    inside = [r for r in rows if t_from <= r["t"] <= t_to]
+    if len(inside) < 2:
+        raise AssertionError(f"the loop reported {len(inside)} times in the window")
+    a, b = inside[0], inside[-1]
+    wall = b["t"] - a["t"]
+    return 100.0 * (b["input_s"] - a["input_s"]) / wall, 100.0 * (b["step_s"] - a["step_s"]) / wall

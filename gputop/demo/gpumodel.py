@@ -98,6 +98,7 @@ def model_sample(
         name=spec.name,
         util=round(100.0 * busy, 1),
         sm_active=round(sm_active, 1),
+        sm_source="demo",
         power_w=round(power, 1),
         power_limit_w=spec.power_limit_w,
         mem_used_mib=spec.job_mem_mib if has_job else 0,

@@ -20,7 +20,17 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gputop.errors import UsageError
-from gputop.model.frame import Frame, GpuSample, HostSample, ProcessSample, Verdict
+from gputop.model.fixes import Culprit, HostFacts, free_cpus, starving_fixes
+from gputop.model.frame import (
+    Frame,
+    GpuSample,
+    HostSample,
+    Preemptor,
+    ProcessSample,
+    Role,
+    Verdict,
+    VerdictState,
+)
 
 # Clock-event reasons that do not slow a busy GPU down (NVML reports them as
 # "reasons" too, but they are the GPU idling or following a setting).
@@ -28,12 +38,17 @@ BENIGN_CLOCK_REASONS = frozenset(
     {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost", "none"}
 )
 
-PROBLEM_STATES = ("busy_but_starving", "low_sm_efficiency", "input_bound", "throttled")
+PROBLEM_STATES: tuple[VerdictState, ...] = (
+    "busy_but_starving",
+    "low_sm_efficiency",
+    "input_bound",
+    "throttled",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """Every number the rules use; defaults documented in docs/diagnosis.md.
+    """Every number the rules use; defaults (and how they were derived) in docs/diagnosis.md.
 
     Percentages are 0-100. Build from a config table with ``from_mapping``.
     """
@@ -54,14 +69,12 @@ class Thresholds:
     """SM activity below this on a busy GPU is little real work."""
     power_low_pct: float = 35.0
     """Where SM activity is n/a: power below this % of the limit on a busy GPU is little work."""
-    runq_high_pct: float = 15.0
-    """Trainer main thread or workers waiting for a CPU this % of the time: starved."""
-    preempt_high_per_s: float = 50.0
-    """DataLoader worker preempted this often per second (per worker, on average): starved."""
-    trainer_critical_sleep_pct: float = 30.0
-    """Trainer sleeping by choice less than this % of the time: the host is its critical path."""
+    host_wait_pct: float = 20.0
+    """Trainer waiting for a CPU plus waiting for batches this % of the time: the host holds it."""
+    runq_high_pct: float = 10.0
+    """Trainer main thread or its workers waiting for a CPU this % of the time: CPU-starved."""
     trainer_wait_pct: float = 50.0
-    """Trainer off-CPU but not on a run queue this % of the time: it waits (for data)."""
+    """Under /proc alone: trainer asleep this % of the time with busy workers waits for data."""
     worker_busy_pct: float = 30.0
     """DataLoader workers using this much CPU each (on average) are busy producing batches."""
     trainer_busy_pct: float = 80.0
@@ -77,6 +90,8 @@ class Thresholds:
         valid = {f.name: f for f in fields(cls)}
         kw: dict[str, Any] = {}
         for key, value in table.items():
+            if key in REMOVED_THRESHOLDS:
+                raise UsageError(f"threshold {key!r} was removed: {REMOVED_THRESHOLDS[key]}")
             f = valid.get(key)
             if f is None:
                 raise UsageError(f"unknown threshold {key!r} (valid: {', '.join(sorted(valid))})")
@@ -105,10 +120,6 @@ class Thresholds:
             raise UsageError(f"threshold window_s must be positive, got {self.window_s}")
         if self.min_frames < 1 or self.confirm_ticks < 1:
             raise UsageError("thresholds min_frames and confirm_ticks must be at least 1")
-        if self.preempt_high_per_s < 0:
-            raise UsageError(
-                f"threshold preempt_high_per_s must be >= 0, got {self.preempt_high_per_s}"
-            )
         if self.util_idle_pct >= self.util_busy_pct:
             raise UsageError(
                 f"threshold util_idle_pct ({self.util_idle_pct}) must be below"
@@ -116,6 +127,13 @@ class Thresholds:
             )
 
 
+# Keys older configs may hold, and what replaced them (the loader names it in one line).
+REMOVED_THRESHOLDS = {
+    "preempt_high_per_s": "preemption rates no longer decide starvation (DataLoader workers"
+    " are preempted 80-90/s on an idle host); delete it and tune runq_high_pct",
+    "trainer_critical_sleep_pct": "the trainer's wait is measured now (or inferred under /proc);"
+    " delete it and tune host_wait_pct",
+}
 _INT_FIELDS = frozenset({"min_frames", "confirm_ticks"})
 _PCT_FIELDS = frozenset(
     {
@@ -124,8 +142,8 @@ _PCT_FIELDS = frozenset(
         "util_idle_pct",
         "sm_low_pct",
         "power_low_pct",
+        "host_wait_pct",
         "runq_high_pct",
-        "trainer_critical_sleep_pct",
         "trainer_wait_pct",
         "worker_busy_pct",
         "cpu_saturated_pct",
@@ -142,19 +160,73 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def merge_preemptors(
+    weighted: Iterable[tuple[float, tuple[Preemptor, ...] | None]], top: int = 5
+) -> tuple[Preemptor, ...] | None:
+    """Preemptor lists merged, each weighted (by the run-queue time it is a share of).
+
+    None when no list was measured; shares of the merged list are % of the total weight.
+    """
+    acc: dict[int, float] = {}
+    comm: dict[int, str] = {}
+    total = 0.0
+    measured = False
+    for weight, ps in weighted:
+        if ps is None:
+            continue
+        measured = True
+        w = max(0.0, weight)
+        total += w
+        for p in ps:
+            acc[p.pid] = acc.get(p.pid, 0.0) + w * p.share_pct / 100.0
+            comm[p.pid] = p.comm
+    if not measured:
+        return None
+    if total <= 0:
+        return ()
+    ranked = sorted(acc, key=lambda pid: -acc[pid])[:top]
+    return tuple(Preemptor(pid, comm[pid], round(100.0 * acc[pid] / total, 1)) for pid in ranked)
+
+
 @dataclass(frozen=True, slots=True)
 class ProcAgg:
     """One process averaged over the window (only ticks where it was seen)."""
 
     pid: int
     comm: str
-    role: str
+    role: Role
     trainer_pid: int | None
     gpus: tuple[int, ...]
     cpu_pct: float
     offcpu_pct: float | None
     runq_pct: float | None
     preempt_per_s: float
+    wait_input_pct: float | None = None
+    wait_thread_pct: float | None = None
+    wait_irq_pct: float | None = None
+    wait_other_pct: float | None = None
+    preemptors: tuple[Preemptor, ...] | None = None
+    cpus_allowed: tuple[int, ...] | None = None
+    cpu_quota: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Whether the wait split was measured (eBPF) rather than unknown (/proc alone)."""
+        return self.wait_input_pct is not None
+
+    @property
+    def blocked_pct(self) -> float | None:
+        """Share of the time asleep (off-CPU but not waiting for a CPU)."""
+        if self.offcpu_pct is None:
+            return None
+        return max(0.0, self.offcpu_pct - (self.runq_pct or 0.0))
+
+    @property
+    def host_wait_pct(self) -> float | None:
+        """Run queue plus waiting for batches (measured), the host's share of its time."""
+        if self.wait_input_pct is None:
+            return None
+        return (self.runq_pct or 0.0) + self.wait_input_pct
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,18 +258,24 @@ class HostAgg:
     load1: float
     procs_running: float
     psi_cpu_some: float | None
+    cpus_online: tuple[int, ...] = ()
+    per_cpu_pct: tuple[float, ...] = ()
 
 
 def aggregate_host(frames: Iterable[Frame]) -> HostAgg:
     """Mean host numbers over these frames (the newest frame's CPU count)."""
     hosts: list[HostSample] = [f.host for f in frames]
     last = hosts[-1]
+    same = [h.per_cpu_pct for h in hosts if len(h.per_cpu_pct) == len(last.per_cpu_pct)]
+    per_cpu = tuple(sum(col) / len(same) for col in zip(*same, strict=True)) if same else ()
     return HostAgg(
         cpu_pct=sum(h.cpu_pct for h in hosts) / len(hosts),
         ncpu=last.ncpu,
         load1=last.load1,
         procs_running=sum(h.procs_running for h in hosts) / len(hosts),
         psi_cpu_some=_mean(h.psi_cpu_some for h in hosts),
+        cpus_online=last.cpus_online or tuple(range(last.ncpu)),
+        per_cpu_pct=per_cpu,
     )
 
 
@@ -259,6 +337,13 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             offcpu_pct=_mean(p.offcpu_pct for p in ps),
             runq_pct=_mean(p.runq_pct for p in ps),
             preempt_per_s=sum(p.preempt_per_s for p in ps) / len(ps),
+            wait_input_pct=_mean(p.wait_input_pct for p in ps),
+            wait_thread_pct=_mean(p.wait_thread_pct for p in ps),
+            wait_irq_pct=_mean(p.wait_irq_pct for p in ps),
+            wait_other_pct=_mean(p.wait_other_pct for p in ps),
+            preemptors=merge_preemptors((p.runq_pct or 0.0, p.preemptors) for p in ps),
+            cpus_allowed=last.cpus_allowed,
+            cpu_quota=last.cpu_quota,
         )
     return out
 
@@ -271,6 +356,11 @@ class Job:
     workers: tuple[ProcAgg, ...]
     others: tuple[ProcAgg, ...]
     """Processes outside the job, busiest first (candidates to renice)."""
+
+    @property
+    def dataloaders(self) -> tuple[ProcAgg, ...]:
+        """The DataLoader worker processes (pin-memory threads excluded)."""
+        return tuple(w for w in self.workers if w.role == "dataloader")
 
 
 def job_of(index: int, procs: Mapping[int, ProcAgg]) -> Job:
@@ -299,12 +389,152 @@ def job_of(index: int, procs: Mapping[int, ProcAgg]) -> Job:
     return Job(trainers, workers, others)
 
 
+@dataclass(frozen=True, slots=True)
+class WorkersSummary:
+    """A trainer's DataLoader workers over the window, taken together."""
+
+    count: int
+    runq_pct: float | None
+    """Mean share of the time a worker waited for a CPU."""
+    preempt_per_s: float
+    """Preemptions per second, all workers summed."""
+    cpu_pct: float
+    """Mean CPU use of one worker, % of one CPU."""
+    preemptors: tuple[Preemptor, ...] | None
+    """Who took the CPU from them, weighted by each worker's run-queue time; None: not measured."""
+
+
+def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
+    """The DataLoader worker processes among ``workers`` summed up; None when there are none."""
+    procs = [w for w in workers if w.role == "dataloader"]
+    if not procs:
+        return None
+    return WorkersSummary(
+        count=len(procs),
+        runq_pct=_mean(w.runq_pct for w in procs),
+        preempt_per_s=sum(w.preempt_per_s for w in procs),
+        cpu_pct=sum(w.cpu_pct for w in procs) / len(procs),
+        preemptors=merge_preemptors((w.runq_pct or 0.0, w.preemptors) for w in procs),
+    )
+
+
+# ---- the host side of one job ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HostSide:
+    """What the job's host side does to the GPU, with the sentences that show it.
+
+    ``starved``: the trainer waits on its host a material share of the time and
+    the trainer or its workers are CPU-starved. ``input``: it waits on its host
+    (mostly for batches) without CPU starvation. ``clear``: it measurably does
+    not wait on its host (or, under /proc alone, no host cause is visible).
+    """
+
+    starved: bool
+    input: bool
+    measured: bool
+    trainer: ProcAgg | None
+    workers: WorkersSummary | None
+    evidence: tuple[str, ...]
+
+
+NOT_MEASURED = "inferred, not measured: the wait split needs the eBPF probe (gputop doctor)"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+def _trainer_line(p: ProcAgg, secs: str) -> str:
+    if p.measured:
+        parts = [
+            f"trainer pid {p.pid} waited for batches {_pct(p.wait_input_pct)} of the last {secs} s"
+            f" and for a CPU {_pct(p.runq_pct)}",
+            f"on a CPU {_pct(None if p.offcpu_pct is None else 100.0 - p.offcpu_pct)}",
+            f"woken by interrupts (GPU, timers) {_pct(p.wait_irq_pct)}",
+        ]
+        if p.wait_thread_pct:
+            parts.append(f"by its own threads {_pct(p.wait_thread_pct)}")
+        if p.wait_other_pct:
+            parts.append(f"by other processes {_pct(p.wait_other_pct)}")
+        return ", ".join(parts)
+    return (
+        f"trainer pid {p.pid} off-CPU {_pct(p.offcpu_pct)} of the last {secs} s:"
+        f" {_pct(p.runq_pct)} waiting for a CPU, {_pct(p.blocked_pct)} asleep"
+        f" (on its GPU or its batches: {NOT_MEASURED})"
+    )
+
+
+def _preemptor_text(ps: tuple[Preemptor, ...] | None, exclude: set[int]) -> str:
+    if not ps:
+        return ""
+    named = [p for p in ps if p.pid not in exclude][:2]
+    if not named:
+        return ""
+    return ", " + " and ".join(f"{p.share_pct:.0f}% of that by pid {p.pid} {p.comm}" for p in named)
+
+
+def _workers_line(wk: WorkersSummary, mine: set[int]) -> str:
+    each = wk.preempt_per_s / wk.count
+    line = f"its {wk.count} DataLoader worker{'s' if wk.count != 1 else ''}"
+    if wk.runq_pct is not None:
+        line += f" waited for a CPU {_pct(wk.runq_pct)} and"
+    line += f" were preempted {_f(each)}/s each" + _preemptor_text(wk.preemptors, mine)
+    return line + f"; {_f(wk.cpu_pct)}% CPU each"
+
+
+def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
+    """Judge the job's host side: starved of CPU, waiting for input, or clear."""
+    trainers = [p for p in job.trainers if p.offcpu_pct is not None]
+    wk = workers_summary(job.workers)
+    if not trainers:
+        return HostSide(False, False, False, None, wk, ())
+    measured = any(p.measured for p in trainers)
+    if measured:
+        # The trainer that waits on its host the most speaks for the job.
+        tr = max((p for p in trainers if p.measured), key=lambda p: p.host_wait_pct or 0.0)
+    else:
+        tr = max(trainers, key=lambda p: p.offcpu_pct or 0.0)
+    trainer_starved = (tr.runq_pct or 0.0) >= t.runq_high_pct
+    workers_starved = wk is not None and (wk.runq_pct or 0.0) >= t.runq_high_pct
+    if measured:
+        waits = (tr.host_wait_pct or 0.0) >= t.host_wait_pct
+        starved = waits and (trainer_starved or workers_starved)
+        inp = waits and not starved
+    else:
+        # /proc alone cannot tell a trainer asleep on its GPU from one asleep on its
+        # batches: CPU starvation is shown by run queues, waiting for input by busy
+        # workers beside a mostly sleeping trainer.
+        saturated = cpus_saturated(host, t)
+        starved = trainer_starved or (workers_starved and saturated)
+        inp = (
+            not starved
+            and wk is not None
+            and (tr.blocked_pct or 0.0) >= t.trainer_wait_pct
+            and (wk.cpu_pct >= t.worker_busy_pct or workers_starved)
+        )
+    mine = {p.pid for p in job.trainers} | {w.pid for w in job.workers}
+    ev = [_trainer_line(tr, secs)]
+    if wk is not None:
+        ev.append(_workers_line(wk, mine))
+    if tr.preemptors:
+        text = _preemptor_text(tr.preemptors, mine)
+        if text:
+            ev.append(f"the trainer lost its CPU{text[1:]}")
+    if starved or inp:
+        ev.append(_host_line(host))
+    if starved and job.others and not _measured_culprits(job):
+        ev.append(_others_line(job.others))
+    return HostSide(starved, inp, measured, tr, wk, tuple(ev))
+
+
 # ---- the rules -----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class _Judgement:
-    state: str
+    state: VerdictState
     evidence: tuple[str, ...]
     fixes: tuple[str, ...]
 
@@ -313,20 +543,24 @@ def _f(v: float) -> str:
     return f"{v:.0f}"
 
 
-def _biased(t: Thresholds, current: str) -> Thresholds:
+def _biased(t: Thresholds, current: VerdictState) -> Thresholds:
     """Thresholds shifted by the hysteresis margin so the current state is kept near its edges."""
     m = t.hysteresis_pct
     if m <= 0:
         return t
     if current in ("busy_but_starving", "low_sm_efficiency"):
+        starving = current == "busy_but_starving"
         return replace(
             t,
             util_busy_pct=max(t.util_idle_pct, t.util_busy_pct - m),
             sm_low_pct=min(100.0, t.sm_low_pct + m),
             power_low_pct=min(100.0, t.power_low_pct + m),
             runq_high_pct=max(0.0, t.runq_high_pct - m)
-            if current == "busy_but_starving"
+            if starving
             else min(100.0, t.runq_high_pct + m),
+            host_wait_pct=max(0.0, t.host_wait_pct - m)
+            if starving
+            else min(100.0, t.host_wait_pct + m),
         )
     if current in ("ok", "throttled"):
         return replace(
@@ -339,14 +573,19 @@ def _biased(t: Thresholds, current: str) -> Thresholds:
             else t.throttle_share_pct,
         )
     if current == "input_bound":
-        return replace(t, util_busy_pct=min(100.0, t.util_busy_pct + m))
+        return replace(
+            t,
+            util_busy_pct=min(100.0, t.util_busy_pct + m),
+            host_wait_pct=max(0.0, t.host_wait_pct - m),
+            runq_high_pct=min(100.0, t.runq_high_pct + m),
+        )
     if current == "idle":
         return replace(t, util_idle_pct=min(t.util_busy_pct, t.util_idle_pct + m))
     return t
 
 
 def classify(
-    gpu: GpuAgg, host: HostAgg, job: Job, t: Thresholds, current: str = "unknown"
+    gpu: GpuAgg, host: HostAgg, job: Job, t: Thresholds, current: VerdictState = "unknown"
 ) -> _Judgement:
     """The state one GPU is in over the window, with its evidence and fixes."""
     if gpu.lost:
@@ -363,26 +602,22 @@ def classify(
     util = gpu.util
     secs = _f(min(gpu.seconds, t.window_s))
     gpu_line = _gpu_line(gpu, secs)
+    hs = host_side(job, host, b, secs)
 
     if util >= b.util_busy_pct:
         real_low, real_line = _real_work_low(gpu, b)
-        starve_ev = _starvation(job, host, b, secs)
-        if real_low is True and starve_ev:
+        if real_low is True and hs.starved:
             return _Judgement(
-                "busy_but_starving",
-                (gpu_line, *starve_ev),
-                _starving_fixes(job, host, b),
+                "busy_but_starving", (gpu_line, *hs.evidence), _starving_fixes(job, host)
             )
         if gpu.throttle_share_pct >= b.throttle_share_pct:
             return _throttled(gpu, gpu_line, secs)
+        if real_low is True and hs.input:
+            return _Judgement("input_bound", (gpu_line, *hs.evidence), _input_fixes(job, host, hs))
         if real_low is True:
             return _Judgement(
                 "low_sm_efficiency",
-                (
-                    gpu_line,
-                    real_line,
-                    _no_host_cause_line(job, host, secs),
-                ),
+                (gpu_line, real_line, _no_host_cause_line(hs, host, secs)),
                 (
                     "the GPU side is the cause: its kernels are memory- or communication-bound;"
                     " profile them (torch.profiler, Nsight Compute)",
@@ -399,9 +634,31 @@ def classify(
             )
         return _Judgement("ok", (gpu_line,), ())
 
-    inb = _input_bound(gpu, host, job, b, secs)
-    if inb is not None:
-        return _Judgement("input_bound", (gpu_line, *inb[0]), inb[1])
+    if hs.starved:
+        return _Judgement(
+            "input_bound",
+            (gpu_line, "the host cannot feed the GPU: its job is starved of CPU", *hs.evidence),
+            _starving_fixes(job, host),
+        )
+    if hs.input:
+        return _Judgement("input_bound", (gpu_line, *hs.evidence), _input_fixes(job, host, hs))
+    if not job.dataloaders:
+        loading = [p for p in job.trainers if p.cpu_pct >= t.trainer_busy_pct]
+        if loading:
+            p = loading[0]
+            free = free_cpus(_host_facts(job, host))
+            return _Judgement(
+                "input_bound",
+                (
+                    gpu_line,
+                    f"trainer pid {p.pid} is on a CPU {_f(p.cpu_pct)}% with no DataLoader"
+                    " workers: it loads data itself between GPU steps",
+                ),
+                (
+                    f"use DataLoader(num_workers=N) with N up to the {free} free CPU(s)",
+                    "DataLoader(..., persistent_workers=True, pin_memory=True)",
+                ),
+            )
     if util < b.util_idle_pct:
         if job.trainers:
             holders = ", ".join(f"pid {p.pid} ({p.comm})" for p in job.trainers[:3])
@@ -443,70 +700,9 @@ def _real_work_low(gpu: GpuAgg, t: Thresholds) -> tuple[bool | None, str]:
     return None, ""
 
 
-def _blocked_pct(p: ProcAgg) -> float | None:
-    """Share of the time the process slept by choice (off-CPU but not waiting for a CPU)."""
-    if p.offcpu_pct is None:
-        return None
-    return max(0.0, p.offcpu_pct - (p.runq_pct or 0.0))
-
-
 def cpus_saturated(host: HostAgg, t: Thresholds) -> bool:
     """CPUs busy past the threshold, or more runnable tasks than CPUs (besides gputop)."""
     return host.cpu_pct >= t.cpu_saturated_pct or host.procs_running > host.ncpu + 1
-
-
-def _starvation(job: Job, host: HostAgg, t: Thresholds, secs: str) -> tuple[str, ...]:
-    """Evidence that the job's processes are starved of CPU; empty when they are not.
-
-    A trainer that often sleeps by choice is waiting for its GPU (or its data),
-    so the host is not on its critical path even if its wake-ups queue: it counts
-    as starved only when it waits for a CPU a lot and seldom sleeps.
-    Starved workers are a cause only on saturated CPUs and with such a trainer.
-    """
-    ev: list[str] = []
-    trainer_starved = False
-    critical = False
-    for p in job.trainers:
-        blocked = _blocked_pct(p)
-        if blocked is None or blocked >= t.trainer_critical_sleep_pct:
-            continue
-        critical = True
-        if p.runq_pct is not None and p.runq_pct >= t.runq_high_pct:
-            trainer_starved = True
-            ev.append(
-                f"trainer pid {p.pid} off-CPU {_f(p.offcpu_pct or 0.0)}% of the last {secs} s,"
-                f" {_f(p.runq_pct)}% waiting for a CPU"
-            )
-    workers_starved = False
-    wk = _workers_summary(job.workers)
-    if wk is not None:
-        n, runq, preempt, _cpu = wk
-        if (runq is not None and runq >= t.runq_high_pct) or preempt / n >= t.preempt_high_per_s:
-            workers_starved = True
-            wait = "" if runq is None else f", waiting for a CPU {_f(runq)}% of the time"
-            ev.append(f"{n} DataLoader workers preempted {_f(preempt)}/s{wait}")
-    saturated = cpus_saturated(host, t)
-    if not (trainer_starved or (workers_starved and saturated and critical)):
-        return ()
-    ev.append(_host_line(host))
-    if job.others:
-        ev.append(_others_line(job.others))
-    return tuple(ev)
-
-
-def _workers_summary(
-    workers: tuple[ProcAgg, ...],
-) -> tuple[int, float | None, float, float] | None:
-    """(count, mean run-queue %, total preemptions/s, mean CPU %) of worker processes."""
-    procs = [w for w in workers if w.role == "dataloader"]
-    if not procs:
-        return None
-    return (
-        len(procs),
-        _mean(w.runq_pct for w in procs),
-        sum(w.preempt_per_s for w in procs),
-        sum(w.cpu_pct for w in procs) / len(procs),
-    )
 
 
 def _host_line(host: HostAgg) -> str:
@@ -521,65 +717,71 @@ def _host_line(host: HostAgg) -> str:
 
 def _others_line(others: tuple[ProcAgg, ...]) -> str:
     top = ", ".join(f"pid {p.pid} {p.comm} {_f(p.cpu_pct)}%" for p in others[:3])
-    return f"busiest other processes: {top}"
+    return f"busiest other processes (CPU use; who preempted the job is not measured): {top}"
 
 
-def _free_cores(host: HostAgg, others: tuple[ProcAgg, ...]) -> int:
-    """Cores not used by processes outside the job (at least 1)."""
-    used = sum(p.cpu_pct for p in others) / 100.0
-    return max(1, int(host.ncpu - used))
-
-
-def _starving_fixes(job: Job, host: HostAgg, t: Thresholds) -> tuple[str, ...]:
-    fixes: list[str] = []
-    pids = [p.pid for p in job.trainers] + [w.pid for w in job.workers if w.role == "dataloader"]
-    ncores = min(host.ncpu, max(1, len(pids)))
-    cores = "0" if ncores == 1 else f"0-{ncores - 1}"
-    if pids:
-        fixes.append(
-            f"pin the trainer and its workers to dedicated cores: "
-            f"for p in {' '.join(str(p) for p in pids)}; do taskset -a -cp {cores} $p; done"
-            " (and keep other jobs off those cores)"
-        )
-    busy_others = [p for p in job.others if p.cpu_pct >= 10.0]
-    if busy_others:
-        fixes.append(
-            "renice background jobs: renice -n 19 -p "
-            + " ".join(str(p.pid) for p in busy_others[:5])
-        )
-    else:
-        fixes.append("renice background jobs (renice -n 19 -p PID) or move them off this node")
-    fixes.append(
-        "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
-        " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
-        " `systemd-run --scope -p CPUWeight=10`"
+def _measured_culprits(job: Job) -> tuple[Culprit, ...]:
+    """Processes outside the job that measurably took its CPU, worst first."""
+    mine = {p.pid for p in job.trainers} | {w.pid for w in job.workers}
+    cpu = {p.pid: p.cpu_pct for p in job.others}
+    weighted: list[tuple[float, tuple[Preemptor, ...] | None]] = [
+        (p.runq_pct or 0.0, p.preemptors) for p in (*job.trainers, *job.dataloaders)
+    ]
+    merged = merge_preemptors(weighted, top=10) or ()
+    return tuple(
+        Culprit(p.pid, p.comm, cpu.get(p.pid, 0.0), p.share_pct)
+        for p in merged
+        if p.pid not in mine
     )
-    nworkers = len([w for w in job.workers if w.role == "dataloader"])
-    free = _free_cores(host, job.others)
-    if nworkers and nworkers + len(job.trainers) > free:
-        fixes.append(
-            f"num_workers={nworkers} plus the trainer needs more than the {free} free core(s):"
-            f" use num_workers={max(1, free - len(job.trainers))} or free cores"
-        )
-    if nworkers:
-        fixes.append(
-            "DataLoader(..., persistent_workers=True) so workers are not re-created every epoch"
-        )
-    return tuple(fixes)
 
 
-def _no_host_cause_line(job: Job, host: HostAgg, secs: str) -> str:
-    parts = []
-    for p in job.trainers[:2]:
-        blocked = _blocked_pct(p)
-        if blocked is not None:
-            parts.append(
-                f"trainer pid {p.pid} sleeps {_f(blocked)}% waiting for its GPU"
-                f" and waits for a CPU {_f(p.runq_pct or 0.0)}%"
-            )
-    parts.append(f"CPUs {_f(host.cpu_pct)}% busy")
+def _host_facts(job: Job, host: HostAgg) -> HostFacts:
+    """The facts fixes.py needs, from the window's job and host."""
+    culprits = _measured_culprits(job) or tuple(
+        Culprit(p.pid, p.comm, p.cpu_pct) for p in job.others if p.cpu_pct >= 10.0
+    )
+    allowed: set[int] = set()
+    quotas = [p.cpu_quota for p in job.trainers if p.cpu_quota is not None]
+    for p in (*job.trainers, *job.dataloaders):
+        if p.cpus_allowed is not None:
+            allowed.update(p.cpus_allowed)
+    online = host.cpus_online or tuple(range(host.ncpu))
+    return HostFacts(
+        cpus_online=online,
+        job_pids=tuple(p.pid for p in job.trainers) + tuple(w.pid for w in job.dataloaders),
+        n_trainers=max(1, len(job.trainers)),
+        n_workers=len(job.dataloaders),
+        job_cpus=tuple(sorted(allowed)) or None,
+        job_quota_cpus=min(quotas) if quotas else None,
+        per_cpu_pct=host.per_cpu_pct if len(host.per_cpu_pct) == len(online) else (),
+        others_cpu_pct=sum(p.cpu_pct for p in job.others),
+        culprits=culprits,
+    )
+
+
+def _starving_fixes(job: Job, host: HostAgg) -> tuple[str, ...]:
+    return starving_fixes(_host_facts(job, host))
+
+
+def _no_host_cause_line(hs: HostSide, host: HostAgg, secs: str) -> str:
+    p = hs.trainer
+    if p is None:
+        return (
+            "the GPU's processes are not visible here (containers?): the host side cannot"
+            " be judged, so none is blamed"
+        )
+    if hs.measured:
+        return (
+            f"the host is not what holds the GPU back: trainer pid {p.pid} waited for batches"
+            f" {_pct(p.wait_input_pct)} and for a CPU {_pct(p.runq_pct)} of the last {secs} s"
+            f" (measured); CPUs {_f(host.cpu_pct)}% busy"
+        )
+    wk = hs.workers
+    workers = "" if wk is None else f", its workers {_pct(wk.runq_pct)}"
     return (
-        "the host is not what holds the GPU back: " + ", ".join(parts) + f" over the last {secs} s"
+        f"no host-side cause seen: trainer pid {p.pid} waits for a CPU {_pct(p.runq_pct)}"
+        f"{workers}; asleep {_pct(p.blocked_pct)} (on its GPU or its batches: {NOT_MEASURED});"
+        f" CPUs {_f(host.cpu_pct)}% busy"
     )
 
 
@@ -607,82 +809,22 @@ def _throttled(gpu: GpuAgg, gpu_line: str, secs: str) -> _Judgement:
     return _Judgement("throttled", tuple(ev), tuple(fixes))
 
 
-def _input_bound(
-    gpu: GpuAgg, host: HostAgg, job: Job, t: Thresholds, secs: str
-) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """Evidence and fixes when the GPU waits for its host; None when it does not.
-
-    The host feeds a GPU batches (DataLoader workers) and kernel launches (the
-    trainer): a GPU that is not busy is input-bound when its trainer waits on
-    busy or starved workers, loads data itself, or is starved of CPU.
-    """
-    waiting = [
-        p
-        for p in job.trainers
-        if p.offcpu_pct is not None and p.offcpu_pct - (p.runq_pct or 0.0) >= t.trainer_wait_pct
-    ]
-    wk = _workers_summary(job.workers)
-    free = _free_cores(host, job.others)
-    if waiting and wk is not None:
-        _n, runq, _preempt, cpu = wk
-        workers_starved = runq is not None and runq >= t.runq_high_pct
-        if cpu >= t.worker_busy_pct or workers_starved:
-            return _waits_on_workers(waiting[0], wk, workers_starved, host, job, free, secs)
-    if not job.workers:
-        loading = [p for p in job.trainers if p.cpu_pct >= t.trainer_busy_pct]
-        if loading:
-            p = loading[0]
-            return (
-                (
-                    f"trainer pid {p.pid} is on a CPU {_f(p.cpu_pct)}% with no DataLoader"
-                    " workers: it loads data itself between GPU steps",
-                ),
-                (
-                    f"use DataLoader(num_workers=N) with N up to the {free} free core(s)",
-                    "DataLoader(..., persistent_workers=True, pin_memory=True)",
-                ),
-            )
-    starved = _starvation(job, host, t, secs)
-    if starved:
-        return (
-            ("the host cannot feed the GPU: its job is starved of CPU", *starved),
-            _starving_fixes(job, host, t),
-        )
-    return None
-
-
-def _waits_on_workers(
-    p: ProcAgg,
-    wk: tuple[int, float | None, float, float],
-    workers_starved: bool,
-    host: HostAgg,
-    job: Job,
-    free: int,
-    secs: str,
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Evidence and fixes for a trainer waiting on its DataLoader workers."""
-    n, runq, preempt, cpu = wk
-    ev = [
-        f"trainer pid {p.pid} off-CPU {_f(p.offcpu_pct or 0)}% of the last {secs} s but waiting"
-        f" for a CPU only {_f(p.runq_pct or 0)}%: it waits on its DataLoader",
-        f"{n} DataLoader workers at {_f(cpu)}% CPU each"
-        + ("" if runq is None else f", waiting for a CPU {_f(runq)}%")
-        + f", preempted {_f(preempt)}/s",
-    ]
+def _input_fixes(job: Job, host: HostAgg, hs: HostSide) -> tuple[str, ...]:
+    """Fixes for a trainer that waits for its batches without CPU starvation."""
+    facts = _host_facts(job, host)
+    free = free_cpus(facts)
+    wk = hs.workers
     fixes: list[str] = []
-    if workers_starved:
-        ev.append(_host_line(host))
+    if wk is None:
+        fixes.append(f"use DataLoader(num_workers=N) with N up to the {free} free CPU(s)")
+    elif wk.count < free - facts.n_trainers:
         fixes.append(
-            "the workers wait for CPUs: renice background jobs or pin the job to its own cores"
-        )
-    if n < free - len(job.trainers):
-        fixes.append(
-            f"raise num_workers from {n} toward {free - len(job.trainers)}"
-            f" ({free} free cores minus the trainer)"
+            f"raise num_workers from {wk.count} toward {free - facts.n_trainers}"
+            f" ({free} free CPUs minus the trainer)"
         )
     else:
         fixes.append(
-            f"num_workers={n} already uses the {free} free core(s): make each batch cheaper"
+            f"num_workers={wk.count} already uses the {free} free CPU(s): make each batch cheaper"
         )
     fixes.extend(
         (
@@ -691,7 +833,7 @@ def _waits_on_workers(
             "DataLoader(..., persistent_workers=True, pin_memory=True, prefetch_factor=4)",
         )
     )
-    return tuple(ev), tuple(fixes)
+    return tuple(fixes)
 
 
 # ---- the stateful diagnoser ------------------------------------------------------
@@ -699,8 +841,8 @@ def _waits_on_workers(
 
 @dataclass(slots=True)
 class _GpuState:
-    state: str = "unknown"
-    pending: str | None = None
+    state: VerdictState = "unknown"
+    pending: VerdictState | None = None
     pending_count: int = 0
     last: _Judgement = _Judgement("unknown", ("collecting samples",), ())
 

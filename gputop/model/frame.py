@@ -14,10 +14,11 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-ROLES = ("trainer", "dataloader", "pin_memory", "other")
-VERDICT_STATES = (
+Role = Literal["trainer", "dataloader", "pin_memory", "other"]
+"""What a process does for a training job (CONTRACT.md section 2)."""
+VerdictState = Literal[
     "ok",
     "busy_but_starving",
     "low_sm_efficiency",
@@ -25,7 +26,10 @@ VERDICT_STATES = (
     "throttled",
     "idle",
     "unknown",
-)
+]
+"""The states a GPU's verdict can be in (CONTRACT.md section 2)."""
+ROLES: tuple[Role, ...] = get_args(Role)
+VERDICT_STATES: tuple[VerdictState, ...] = get_args(VerdictState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class HostSample:
     mem_used_mib: int = 0
     mem_total_mib: int = 0
     procs_running: int = 0
+    cpus_online: tuple[int, ...] = ()
+    """Ids of the online CPUs (``/sys/devices/system/cpu/online``); empty when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,9 @@ class GpuSample:
     sm_clock_mhz: int | None = None
     sm_clock_max_mhz: int | None = None
     power_avg_w: float | None = None
+    # Where sm_active (and occupancy, tensor, DRAM) came from: "gpm" (NVML), "dcgm"
+    # (a dcgm-exporter on the node), "demo"; None while SM activity is n/a.
+    sm_source: str | None = None
 
     @property
     def power_pct(self) -> float | None:
@@ -144,7 +153,7 @@ class ProcessSample:
     ppid: int
     comm: str
     cmdline: str
-    role: str
+    role: Role
     trainer_pid: int | None
     cpu_pct: float
     offcpu_pct: float | None
@@ -178,6 +187,17 @@ class ProcessSample:
     wait_thread_total_ms: float | None = None
     wait_irq_total_ms: float | None = None
     wait_other_total_ms: float | None = None
+    cpus_allowed: tuple[int, ...] | None = None
+    """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
+    cpu_quota: float | None = None
+    """CPUs' worth of time its cgroup allows (tightest ``cpu.max`` up the tree); None: no limit."""
+    # The container and Kubernetes pod the process runs in, from its cgroup path
+    # (gputop/sources/cgroup.py); None outside containers or where not derivable.
+    container_id: str | None = None
+    container_runtime: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property
@@ -200,7 +220,7 @@ class Verdict:
     """The diagnosis for one GPU: a state, the evidence with numbers, the fixes."""
 
     gpu: int
-    state: str
+    state: VerdictState
     evidence: tuple[str, ...] = ()
     fixes: tuple[str, ...] = ()
     efficiency: float | None = None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from gputop.model.frame import Role
+
 # PyTorch names worker processes with prctl(PR_SET_NAME); comm is cut at 15 bytes.
 DATALOADER_PROCESS_PREFIXES = ("pt_data_worker", "pt_multiprocess")
 DATALOADER_THREAD_PREFIXES = ("pt_thread_data",)
@@ -17,14 +19,14 @@ PIN_MEMORY_PREFIXES = ("pt_data_pin",)
 _MP_HELPER_MARKERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
 
 
-def process_role_from_comm(comm: str) -> str | None:
+def process_role_from_comm(comm: str) -> Role | None:
     """The role a process's own name gives it, if any."""
     if comm.startswith(DATALOADER_PROCESS_PREFIXES):
         return "dataloader"
     return None
 
 
-def thread_role_from_comm(comm: str) -> str | None:
+def thread_role_from_comm(comm: str) -> Role | None:
     """The role of a thread inside a trainer, from its name, if any.
 
     Threads of a worker process inherit the worker's name, so the worker-process
@@ -47,7 +49,7 @@ def assign_roles(
     comms: Mapping[int, str],
     gpu_pids: Iterable[int],
     cmdline_of: Callable[[int], str],
-) -> dict[int, tuple[str, int | None]]:
+) -> dict[int, tuple[Role, int | None]]:
     """Role and trainer pid for every process that has a role other than ``other``.
 
     A trainer is a process holding a GPU, or the nearest ancestor of a DataLoader
@@ -56,7 +58,7 @@ def assign_roles(
     holder belongs to that GPU holder even when a helper sits in between.
     """
     gpu = set(gpu_pids)
-    roles: dict[int, tuple[str, int | None]] = {}
+    roles: dict[int, tuple[Role, int | None]] = {}
     for pid in gpu:
         if pid in parents:
             roles[pid] = ("trainer", pid)

@@ -33,7 +33,8 @@ class SortScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)
-        options.highlighted = next(i for i, c in enumerate(COLUMNS) if c.key == self.current)
+        # The pod column (shown only for containers) is not in the menu: start at the top.
+        options.highlighted = next((i for i, c in enumerate(COLUMNS) if c.key == self.current), 0)
         options.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

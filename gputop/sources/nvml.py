@@ -67,6 +67,25 @@ THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
     (0x200, "board_limit"),
     (0x400, "reliability"),
 )
+# What NVML puts in a field it cannot fill on some drivers and boards
+# (NVML_VALUE_NOT_AVAILABLE for 32- and 64-bit fields, and -1 read as signed).
+_UNAVAILABLE = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, -1})
+
+
+def valid(value: float | None, most: float | None = None) -> float | None:
+    """``value`` if it is a real reading, else None (shown as n/a).
+
+    None for NVML's "unavailable" sentinels, negatives and anything over
+    ``most`` (100 for percentages): a driver that returns 4294967295 for
+    GPU_UTIL must not show as 4294967295 %.
+    """
+    if value is None or value in _UNAVAILABLE or value < 0:
+        return None
+    if most is not None and value > most:
+        return None
+    return value
+
+
 _IDLE_BIT = 0x1
 _KNOWN_BITS = _IDLE_BIT
 for _bit, _ in THROTTLE_REASONS:
@@ -449,11 +468,15 @@ class NvmlSource:
             ],
         )
         power_avg_w = self._power_avg(dev)
+        power_mw, temp, clock = valid(power_mw), valid(temp), valid(clock)
+        gpu_pct = None if util is None else valid(float(util.gpu), 100.0)
+        mem_pct = None if util is None else valid(float(util.memory), 100.0)
         self._gpm(dev)
         if refresh:
             limit = self._call(
                 dev, "power limit", [lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h)]
             )
+            limit = valid(limit)
             dev.power_limit_w = None if limit is None else limit / 1000.0
             dev.processes = self._processes(dev)
         g = dev.gpm_values
@@ -461,17 +484,18 @@ class NvmlSource:
             index=dev.index,
             uuid=dev.uuid,
             name=dev.name,
-            util=None if util is None else float(util.gpu),
-            mem_util=None if util is None else float(util.memory),
+            util=gpu_pct,
+            mem_util=mem_pct,
             sm_active=g.get(GPM_SM_UTIL),
+            sm_source=None if g.get(GPM_SM_UTIL) is None else "gpm",
             sm_occupancy=g.get(GPM_SM_OCCUPANCY),
             tensor_active=g.get(GPM_ANY_TENSOR_UTIL),
             dram_active=g.get(GPM_DRAM_BW_UTIL),
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=dev.power_limit_w,
             power_avg_w=power_avg_w,
-            mem_used_mib=None if mem is None else int(mem.used) >> 20,
-            mem_total_mib=None if mem is None else int(mem.total) >> 20,
+            mem_used_mib=None if mem is None or valid(mem.used) is None else int(mem.used) >> 20,
+            mem_total_mib=None if mem is None or valid(mem.total) is None else int(mem.total) >> 20,
             temperature_c=None if temp is None else float(temp),
             sm_clock_mhz=None if clock is None else int(clock),
             sm_clock_max_mhz=dev.sm_clock_max_mhz,
@@ -695,7 +719,9 @@ class NvmlSource:
             return {}
         per_pid: dict[int, list[float]] = {}
         for s in samples:
-            per_pid.setdefault(int(s.pid), []).append(float(s.smUtil))
+            sm_pct = valid(float(s.smUtil), 100.0)
+            if sm_pct is not None:
+                per_pid.setdefault(int(s.pid), []).append(sm_pct)
             dev.util_last_seen = max(dev.util_last_seen, int(s.timeStamp))
         return {pid: round(sum(v) / len(v), 1) for pid, v in per_pid.items()}
 

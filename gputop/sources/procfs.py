@@ -16,9 +16,17 @@ import pwd
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from gputop.model.frame import HostSample, Preemptor, ProcessSample, SourceStatus, ThreadSample
+from gputop.model.frame import (
+    HostSample,
+    Preemptor,
+    ProcessSample,
+    Role,
+    SourceStatus,
+    ThreadSample,
+)
 from gputop.model.roles import assign_roles, thread_role_from_comm
 from gputop.sources.base import GpuUse, ProbeReading, TaskSched
+from gputop.sources.cpulimits import NOT_READ, job_cpu_limits
 
 _PF_KTHREAD = 0x00200000
 # How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
@@ -161,11 +169,14 @@ class ProcSource:
     def read_host(self) -> HostSample:
         """System CPU, load, memory and CPU pressure."""
         cpus: list[tuple[int, int]] = []
+        online: list[int] = []  # /proc/stat lists the online CPUs only
         procs_running = 0
         raw = _read(self.root + "/stat") or b""
         for line in raw.split(b"\n"):
             if line.startswith(b"cpu"):
                 parts = line.split()
+                if parts[0] != b"cpu":
+                    online.append(int(parts[0][3:]))
                 vals = [int(x) for x in parts[1:9]]
                 idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
                 cpus.append((sum(vals), idle))
@@ -210,6 +221,7 @@ class ProcSource:
             mem_used_mib=mem_total - mem_avail,
             mem_total_mib=mem_total,
             procs_running=procs_running,
+            cpus_online=tuple(online),
         )
 
     # ---- processes --------------------------------------------------------
@@ -337,7 +349,7 @@ class ProcSource:
         return HostReading(host, tuple(out), len(stats))
 
     def _keep_trainers(
-        self, roles: dict[int, tuple[str, int | None]], stats: dict[int, _Stat], now: float
+        self, roles: dict[int, tuple[Role, int | None]], stats: dict[int, _Stat], now: float
     ) -> None:
         """A trainer stays one for TRAINER_GRACE_S after its workers are gone.
 
@@ -359,7 +371,7 @@ class ProcSource:
     def _detail(
         self,
         st: _Stat,
-        role: str,
+        role: Role,
         trainer: int | None,
         cpu: float,
         dt: float | None,
@@ -408,6 +420,7 @@ class ProcSource:
             gpu_sm_pct=gpu.sm_pct,
             sched_source="procfs" if dt is not None else None,
             threads=tuple(pass_.threads),
+            **(NOT_READ if role == "other" else job_cpu_limits(self.root, st.pid)),
         )
         return [proc, *self._special_rows(proc, pass_, role, trainer)]
 
@@ -473,7 +486,7 @@ class ProcSource:
         return out
 
     def _special_rows(
-        self, proc: ProcessSample, pass_: _ThreadPass, role: str, trainer: int | None
+        self, proc: ProcessSample, pass_: _ThreadPass, role: Role, trainer: int | None
     ) -> list[ProcessSample]:
         """A row of its own for each DataLoader or pin-memory thread of the process."""
         return [
@@ -504,7 +517,7 @@ class _ThreadPass:
     """What one pass over a process's threads found."""
 
     threads: list[ThreadSample] = field(default_factory=list)
-    special: list[tuple[ThreadSample, str]] = field(default_factory=list)
+    special: list[tuple[ThreadSample, Role]] = field(default_factory=list)
     new_prev: dict[int, _ThreadPrev] = field(default_factory=dict)
     d_vol: int = 0
     d_invol: int = 0

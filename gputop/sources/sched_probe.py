@@ -1,9 +1,12 @@
 """The eBPF scheduler probe: ``sched:sched_switch`` aggregated in kernel maps, via bcc.
 
-``open()`` returns at once; a background thread checks the prerequisites,
-compiles ``bpf/sched_probe.c`` (about half a second) and attaches it. Until then
-``read()`` returns None and the sampler serves the /proc numbers, with
-``status.reason`` saying what is happening or why the probe cannot run, and the fix.
+``open()`` returns at once; a background thread checks the prerequisites and
+has a short-lived child process compile ``bpf/sched_probe.c`` with bcc (about
+half a second) and attach it (``bpf_handover``): this process never imports bcc
+or LLVM, and reads the maps with ``bpf(2)`` through ctypes mirrors of the C
+structs. Until then ``read()`` returns None and the sampler serves the /proc
+numbers, with ``status.reason`` saying what is happening or why the probe cannot
+run, and the fix.
 
 Each ``read()`` flips the program's epoch counter (so the longest stretch of the
 finished interval can be read), reads the maps in batches and returns the
@@ -15,11 +18,12 @@ it wakes up.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from importlib import resources
@@ -27,7 +31,8 @@ from typing import Any
 
 from gputop.model.frame import SourceStatus
 from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
-from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
+from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
 
 MAX_THREADS = 32768
 MAX_TGIDS = 8192
@@ -81,6 +86,104 @@ IRQ_EVENT_PAIRS = (
     ("irq_vectors", "spurious_apic"),
     ("ipi", "ipi"),
 )
+
+
+# ctypes mirrors of bpf/sched_probe.c's map types: change them together. Each is
+# checked against the loaded program (sizes from the kernel, field names from
+# bcc) before the first read.
+
+
+class ThreadT(ctypes.Structure):
+    """``struct thread_t``: one thread's running totals, keyed by tid."""
+
+    _fields_ = (
+        ("out_ts", ctypes.c_uint64),
+        ("wake_ts", ctypes.c_uint64),
+        ("in_ts", ctypes.c_uint64),
+        ("runq_ns", ctypes.c_uint64),
+        ("blocked_ns", ctypes.c_uint64),
+        ("oncpu_ns", ctypes.c_uint64),
+        ("nivcsw", ctypes.c_uint64),
+        ("nvcsw", ctypes.c_uint64),
+        ("missed", ctypes.c_uint64),
+        ("longest_ns", ctypes.c_uint64 * 2),
+        ("longest_ep", ctypes.c_uint32 * 2),
+        ("tgid", ctypes.c_uint32),
+        ("runnable", ctypes.c_uint32),
+        ("wait_ns", ctypes.c_uint64 * 5),
+        ("wake_class", ctypes.c_uint32),
+        ("wait_slot", ctypes.c_uint32),
+        ("waker_tgid", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+
+
+class GroupT(ctypes.Structure):
+    """``struct group_t``: one thread group's totals and histogram, keyed by tgid."""
+
+    _fields_ = (
+        ("dead_runq_ns", ctypes.c_uint64),
+        ("dead_blocked_ns", ctypes.c_uint64),
+        ("dead_oncpu_ns", ctypes.c_uint64),
+        ("dead_nivcsw", ctypes.c_uint64),
+        ("dead_nvcsw", ctypes.c_uint64),
+        ("dead_missed", ctypes.c_uint64),
+        ("longest_ns", ctypes.c_uint64 * 2),
+        ("longest_ep", ctypes.c_uint32 * 2),
+        ("hist", ctypes.c_uint64 * HIST_SLOTS),
+    )
+
+
+class PreemptKeyT(ctypes.Structure):
+    """``struct preempt_key_t``: a watched process and one that ran while it waited."""
+
+    _fields_ = (("victim", ctypes.c_uint32), ("by", ctypes.c_uint32))
+
+
+class PreemptValT(ctypes.Structure):
+    """``struct preempt_val_t``."""
+
+    _fields_ = (("ns", ctypes.c_uint64), ("count", ctypes.c_uint64))
+
+
+class WokeKeyT(ctypes.Structure):
+    """``struct woke_key_t``: a watched thread and the process that woke it."""
+
+    _fields_ = (("tid", ctypes.c_uint32), ("waker", ctypes.c_uint32))
+
+
+class WokeValT(ctypes.Structure):
+    """``struct woke_val_t``."""
+
+    _fields_ = (("ns", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("pad", ctypes.c_uint32))
+
+
+WAIT_SLOTS = 4
+
+
+class WaitersT(ctypes.Structure):
+    """``struct waiters_t``: the watched threads waiting in one CPU's run queue."""
+
+    _fields_ = (
+        ("tid", ctypes.c_uint32 * WAIT_SLOTS),
+        ("tgid", ctypes.c_uint32 * WAIT_SLOTS),
+        ("since", ctypes.c_uint64 * WAIT_SLOTS),
+    )
+
+
+# Every map of the program user space reads or writes: name -> (key type, value type).
+MAP_TYPES: dict[str, tuple[Any, Any]] = {
+    "threads": (ctypes.c_uint32, ThreadT),
+    "groups": (ctypes.c_uint32, GroupT),
+    "exiting": (ctypes.c_uint32, ctypes.c_uint8),
+    "epoch": (ctypes.c_int32, ctypes.c_uint32),
+    "errors": (ctypes.c_int32, ctypes.c_uint64),
+    "pipeline": (ctypes.c_uint32, ctypes.c_uint32),
+    "watched": (ctypes.c_uint32, ctypes.c_uint8),
+    "preempt": (PreemptKeyT, PreemptValT),
+    "other_wakers": (WokeKeyT, WokeValT),
+    "cpu_waiters": (ctypes.c_int32, WaitersT),
+}
 
 
 def possible_cpus() -> int:
@@ -166,11 +269,12 @@ class Unavailable:
     fix: str | None
 
 
-def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavailable:
+def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
     """Everything the probe needs before compiling, checked in order.
 
-    Returns (the bcc module, prev_state masks) or why not. Cheap and side-effect
-    free apart from importing bcc, so ``gputop doctor`` can call it too.
+    Returns the prev_state masks or why not. Cheap and side-effect free (it does
+    not import bcc: the compiler child finds bcc, and says so when it cannot),
+    so ``gputop doctor`` can call it too.
     """
     status_text = _read_text(f"{proc_root}/self/status") or ""
     if not has_bpf_capabilities(status_text):
@@ -178,10 +282,6 @@ def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavail
             "needs root (or CAP_BPF + CAP_PERFMON)",
             "run gputop with sudo (or give it CAP_BPF, CAP_PERFMON and read access to tracefs)",
         )
-    bcc, why = find_bcc()
-    if bcc is None:
-        # find_bcc's reason already names the package to install.
-        return Unavailable(str(why), None)
     fmt = None
     for d in TRACEFS_DIRS:
         fmt = _read_text(f"{d}/events/sched/sched_switch/format")
@@ -201,7 +301,7 @@ def preflight(proc_root: str = "/proc") -> tuple[Any, tuple[int, int]] | Unavail
             f"no kernel headers for {release}",
             f"apt-get install linux-headers-{release} (or set BCC_KERNEL_SOURCE)",
         )
-    return bcc, masks
+    return masks
 
 
 # thread_t.wait_ns indices (WAKE_* in bpf/sched_probe.c).
@@ -331,7 +431,7 @@ def _longest(ns: Any, ep: Any, epoch: int) -> int:
 
 
 class BpfSchedProbe:
-    """Scheduler probe on ``sched:sched_switch`` (bcc); implements ``SchedProbe``.
+    """Scheduler probe on ``sched:sched_switch`` (bcc, in a child); implements ``SchedProbe``.
 
     ``max_threads`` and ``max_tgids`` bound the kernel maps; when one is full
     the probe counts the failed insert, and ``status.reason`` says so.
@@ -352,7 +452,9 @@ class BpfSchedProbe:
         self.compile_nice = compile_nice
         self._lock = threading.Lock()
         self._status = SourceStatus("sched", "bpf", False, "eBPF probe not started")
-        self._bpf: Any = None
+        self._handover: Handover | None = None
+        self._maps: dict[str, BpfMap] = {}
+        self._spawned: Spawned | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
         self._epoch = 0
@@ -382,7 +484,7 @@ class BpfSchedProbe:
 
     @property
     def attached(self) -> bool:
-        return self._bpf is not None
+        return self._handover is not None
 
     def open(self) -> None:
         """Start compiling and attaching on a background thread; returns at once."""
@@ -401,17 +503,20 @@ class BpfSchedProbe:
         return self.attached
 
     def close(self) -> None:
-        """Detach the probe; waits for an in-flight compile so nothing stays attached."""
+        """Detach the probe; an in-flight compile is killed, so nothing stays attached."""
         with self._lock:
             self._closed = True
             t = self._thread
+            if self._spawned is not None:
+                self._spawned.cancel()
         if t is not None and t is not threading.current_thread():
-            # Compiling takes about a second; after that the loader sees _closed.
-            t.join(timeout=120)
+            # The child is dead, so the loader returns at once and then sees _closed.
+            t.join(timeout=30)
         with self._lock:
-            bpf, self._bpf = self._bpf, None
-        if bpf is not None:
-            bpf.cleanup()
+            ho, self._handover = self._handover, None
+            self._maps = {}
+        if ho is not None:
+            ho.close()
             self._status = SourceStatus("sched", "bpf", False, "eBPF probe detached")
 
     def _fail(self, reason: str, fix: str | None) -> None:
@@ -421,25 +526,9 @@ class BpfSchedProbe:
             text += f"; fix: {fix}"
         self._status = SourceStatus("sched", "bpf", False, text, fix)
 
-    def _lower_priority(self) -> None:
-        """Run this (loader) thread at the lowest CPU priority: it must not starve the job.
-
-        On Linux nice is per thread, so only the compile is affected.
-        """
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.compile_nice)
-        except (OSError, AttributeError):
-            pass  # not permitted or not Linux: compile at normal priority
-
-    def _load(self) -> None:
-        started = time.monotonic()
-        self._lower_priority()
-        pre = preflight(self.proc_root)
-        if isinstance(pre, Unavailable):
-            self._fail(pre.reason, pre.fix)
-            return
-        bcc, masks = pre
-        cflags = [
+    def compile_flags(self, masks: tuple[int, int]) -> list[str]:
+        """The -D definitions bpf/sched_probe.c needs, for this kernel's prev_state masks."""
+        return [
             f"-DMAX_THREADS={self.max_threads}",
             f"-DMAX_TGIDS={self.max_tgids}",
             f"-DHIST_SLOTS={HIST_SLOTS}",
@@ -449,60 +538,84 @@ class BpfSchedProbe:
             f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
             f"-DDEAD_MASK={masks[1]:#x}",
         ]
+
+    def _load(self) -> None:
+        started = time.monotonic()
+        masks = preflight(self.proc_root)
+        if isinstance(masks, Unavailable):
+            self._fail(masks.reason, masks.fix)
+            return
+        cflags = self.compile_flags(masks)
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                sp = self._spawned = spawn(
+                    bpf_source_path(),
+                    cflags,
+                    nice=self.compile_nice,
+                    attach_pairs=[
+                        (f"{c}:{e}_entry", "on_irq_entry", f"{c}:{e}_exit", "on_irq_exit")
+                        for c, e in self._irq_pairs()
+                    ],
+                )
+            except OSError as exc:
+                self._fail(f"cannot start the compiler process: {exc}", None)
+                return
         try:
-            bpf = bcc.BPF(src_file=bpf_source_path().encode(), cflags=cflags)
-            irq = self._attach_irq_tracepoints(bpf)
-        except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            self._fail(
-                f"BPF program failed to load: {first}",
-                "see the compiler output on stderr; `gputop doctor` checks headers and tracefs",
-            )
+            ho = receive(sp, timeout_s=120)
+        except HandoverError as exc:
+            if exc.unavailable:
+                # find_bcc's reason already names the package to install.
+                self._fail(exc.reason, None)
+            else:
+                self._fail(
+                    f"BPF program failed to load: {exc.reason}",
+                    "run `gputop doctor`: it checks bcc, kernel headers and tracefs",
+                )
+            return
+        finally:
+            with self._lock:
+                self._spawned = None
+        try:
+            maps = ho.open_maps(MAP_TYPES)
+        except (LayoutMismatch, BpfError) as exc:
+            ho.close()
+            self._fail(f"gputop does not match its BPF program: {exc}", "reinstall gputop")
             return
         with self._lock:
             if self._closed:
-                bpf.cleanup()
+                ho.close()
                 return
-            self._bpf = bpf
-            self.irq_tracepoints = irq
+            self._handover = ho
+            self._maps = maps
+            self.irq_tracepoints = tuple(
+                a.removeprefix("tracepoint:").removesuffix("_entry")
+                for a in ho.attachments
+                if a.endswith("_entry")
+                and a.startswith("tracepoint:")
+                and not a.startswith("tracepoint:sched:")
+            )
             self._last_ns = time.monotonic_ns()
             self.attach_s = time.monotonic() - started
             self._status = SourceStatus("sched", "bpf", True, None)
 
-    def _attach_irq_tracepoints(self, bpf: Any) -> tuple[str, ...]:
-        """Attach the interrupt-depth programs to each entry/exit pair this kernel has."""
+    def _irq_pairs(self) -> list[tuple[str, str]]:
+        """The interrupt entry/exit tracepoint pairs this kernel has (IRQ_EVENT_PAIRS)."""
         tracefs = next((d for d in TRACEFS_DIRS if os.path.isdir(f"{d}/events")), None)
         if tracefs is None:
-            return ()
-        done = []
-        for category, event in IRQ_EVENT_PAIRS:
-            base = f"{tracefs}/events/{category}/{event}"
-            if not (os.path.isdir(f"{base}_entry") and os.path.isdir(f"{base}_exit")):
-                continue
-            # Exit first: an interrupt running during the attach can only miss
-            # its entry (depth stays 0), never leave the depth raised.
-            bpf.attach_tracepoint(tp=f"{category}:{event}_exit".encode(), fn_name=b"on_irq_exit")
-            try:
-                bpf.attach_tracepoint(
-                    tp=f"{category}:{event}_entry".encode(), fn_name=b"on_irq_entry"
-                )
-            except Exception:  # noqa: BLE001 - refused by this kernel: drop the pair
-                bpf.detach_tracepoint(tp=f"{category}:{event}_exit".encode())
-                continue
-            done.append(f"{category}:{event}")
-        if not done:
-            raise RuntimeError("no interrupt entry/exit tracepoints (irq:irq_handler_entry...)")
-        return tuple(done)
+            return []
+        return [
+            (c, e)
+            for c, e in IRQ_EVENT_PAIRS
+            if os.path.isdir(f"{tracefs}/events/{c}/{e}_entry")
+            and os.path.isdir(f"{tracefs}/events/{c}/{e}_exit")
+        ]
 
     def program_fds(self) -> dict[str, int]:
         """Name -> file descriptor of each attached BPF program (for bpf_stats in bench/)."""
-        bpf = self._bpf
-        if bpf is None:
-            return {}
-        return {
-            (k.decode() if isinstance(k, bytes) else str(k)): int(fn.fd)
-            for k, fn in bpf.funcs.items()
-        }
+        ho = self._handover
+        return dict(ho.programs) if ho is not None else {}
 
     # ---- the input pipeline ---------------------------------------------------
 
@@ -514,9 +627,9 @@ class BpfSchedProbe:
         self._want_feeds = dict(feeds)
         self._want_watched = set(watched)
 
-    def _sync_pipeline(self, bpf: Any) -> None:
+    def _sync_pipeline(self, maps: dict[str, BpfMap]) -> None:
         """Write only what changed since the last sync into the pipeline and watched maps."""
-        table = bpf[b"pipeline"]
+        table = maps["pipeline"]
         for k in [k for k in self._feeds if k not in self._want_feeds]:
             with suppress(KeyError):
                 del table[table.Key(k)]
@@ -525,7 +638,7 @@ class BpfSchedProbe:
             if self._feeds.get(k) != v:
                 table[table.Key(k)] = table.Leaf(v)
                 self._feeds[k] = v
-        table = bpf[b"watched"]
+        table = maps["watched"]
         for k in self._watched - self._want_watched:
             with suppress(KeyError):
                 del table[table.Key(k)]
@@ -535,19 +648,13 @@ class BpfSchedProbe:
 
     # ---- reading --------------------------------------------------------------
 
-    def _items(self, table: Any) -> Iterator[tuple[Any, Any]]:
-        try:
-            yield from table.items_lookup_batch()
-        except Exception:  # noqa: BLE001 - kernels before 5.6 have no batch ops
-            yield from table.items()
-
     def map_keys(self) -> tuple[set[int], set[int]]:
         """(tids, tgids) that have entries in the kernel maps now."""
-        bpf = self._bpf
-        if bpf is None:
+        maps = self._maps
+        if not maps:
             return set(), set()
-        tids = {_as_int(k) for k, _ in self._items(bpf[b"threads"])}
-        tgids = {_as_int(k) for k, _ in self._items(bpf[b"groups"])}
+        tids = {_as_int(k) for k in maps["threads"].keys()}
+        tgids = {_as_int(k) for k in maps["groups"].keys()}
         return tids, tgids
 
     def read(self) -> ProbeReading | None:
@@ -559,20 +666,20 @@ class BpfSchedProbe:
         first time is likewise left out of that read (its window is partial);
         the sampler keeps /proc's numbers for it.
         """
-        bpf = self._bpf
-        if bpf is None or self._last_ns is None:
+        maps = self._maps
+        if not maps or self._last_ns is None:
             return None
-        ended, now, dt_ns = self._flip_epoch(bpf)
+        ended, now, dt_ns = self._flip_epoch(maps)
         watched_before = self._watched & self._want_watched
-        threads = list(self._items(bpf[b"threads"]))
-        groups = list(self._items(bpf[b"groups"]))
-        woke = self._woke_totals(bpf, threads, now)
+        threads = maps["threads"].items()
+        groups = maps["groups"].items()
+        woke = self._woke_totals(maps, threads, now)
         per_tid, group_cum = self._thread_deltas(threads, now, ended, woke)
         per_tgid = self._group_deltas(groups, group_cum, ended)
-        preemptors = self._preemptor_deltas(bpf, watched_before)
-        self._free_stale_waiters(bpf, self._prev_tid.keys())
-        new_errors = self._check_errors(bpf)
-        self._sync_pipeline(bpf)
+        preemptors = self._preemptor_deltas(maps, watched_before)
+        self._free_stale_waiters(maps, self._prev_tid.keys())
+        new_errors = self._check_errors(maps)
+        self._sync_pipeline(maps)
         self._reads += 1
         if self._reads % SWEEP_EVERY_READS == 0:
             self.sweep(list(self._prev_tgid), list(self._prev_tid))
@@ -591,9 +698,9 @@ class BpfSchedProbe:
             preemptors=preemptors,
         )
 
-    def _flip_epoch(self, bpf: Any) -> tuple[int, int, int]:
+    def _flip_epoch(self, maps: dict[str, BpfMap]) -> tuple[int, int, int]:
         """Start the next epoch; (the epoch that ended, now in ns, the interval in ns)."""
-        epoch_map = bpf[b"epoch"]
+        epoch_map = maps["epoch"]
         ended = self._epoch
         self._epoch = (ended + 1) & 0xFFFFFFFF
         epoch_map[epoch_map.Key(0)] = epoch_map.Leaf(self._epoch)
@@ -604,17 +711,17 @@ class BpfSchedProbe:
         return ended, now, dt_ns
 
     def _woke_totals(
-        self, bpf: Any, threads: list[tuple[Any, Any]], now: int
+        self, maps: dict[str, BpfMap], threads: list[tuple[Any, Any]], now: int
     ) -> dict[int, dict[int, int]]:
         """Watched thread -> waking process -> blocked ns so far (WAKE_OTHER only).
 
         Stretches woken but not yet ended are credited up to now, as in
         ``_thread_totals``. Entries of threads no longer watched are freed.
         """
-        table = bpf[b"other_wakers"]
+        table = maps["other_wakers"]
         out: dict[int, dict[int, int]] = {}
         stale = []
-        for k, v in self._items(table):
+        for k, v in table.items():
             if int(v.tgid) not in self._want_watched:
                 stale.append(k)
                 continue
@@ -742,16 +849,16 @@ class BpfSchedProbe:
         return per_tgid
 
     def _preemptor_deltas(
-        self, bpf: Any, watched: set[int]
+        self, maps: dict[str, BpfMap], watched: set[int]
     ) -> dict[int, tuple[PreemptorTime, ...]]:
         """Who preempted each process watched through the whole interval, most time first.
 
         Entries of processes no longer watched are freed so the map stays small.
         """
-        table = bpf[b"preempt"]
+        table = maps["preempt"]
         cur: dict[tuple[int, int], tuple[int, int]] = {}
         stale = []
-        for k, v in self._items(table):
+        for k, v in table.items():
             key = (int(k.victim), int(k.by))
             if key[0] not in self._want_watched:
                 stale.append(k)
@@ -770,13 +877,13 @@ class BpfSchedProbe:
         self._prev_preempt = cur
         return {v: tuple(sorted(lst, key=lambda p: -p.ns)) for v, lst in out.items()}
 
-    def _free_stale_waiters(self, bpf: Any, live_tids: Collection[int]) -> None:
+    def _free_stale_waiters(self, maps: dict[str, BpfMap], live_tids: Collection[int]) -> None:
         """Free run-queue waiter slots of threads that are gone or no longer watched.
 
         The kernel frees a slot when its thread gets a CPU; a thread whose entry
         the sweep removed, or whose process is no longer watched, could keep one.
         """
-        table = bpf[b"cpu_waiters"]
+        table = maps["cpu_waiters"]
         for k, w in table.items():
             stale = [
                 i
@@ -788,9 +895,9 @@ class BpfSchedProbe:
                     w.tid[i] = 0
                 table[k] = w
 
-    def _check_errors(self, bpf: Any) -> int:
+    def _check_errors(self, maps: dict[str, BpfMap]) -> int:
         """New failed map updates since the last read; a standing reason in the status."""
-        errors = sum(_as_int(v) for _, v in bpf[b"errors"].items())
+        errors = sum(_as_int(v) for _, v in maps["errors"].items())
         new_errors = max(0, errors - self._errors_seen)
         self._errors_seen = max(errors, self._errors_seen)
         if self._errors_seen:
@@ -798,16 +905,16 @@ class BpfSchedProbe:
                 "sched",
                 "bpf",
                 True,
-                f"eBPF probe: {self._errors_seen} failed map updates ({self._error_detail(bpf)});"
+                f"eBPF probe: {self._errors_seen} failed map updates ({self._error_detail(maps)});"
                 " some threads are not tracked",
                 f"raise the map bounds (max_threads={self.max_threads},"
                 f" max_tgids={self.max_tgids}) in BpfSchedProbe",
             )
         return new_errors
 
-    def _error_detail(self, bpf: Any) -> str:
+    def _error_detail(self, maps: dict[str, BpfMap]) -> str:
         parts = []
-        for k, v in bpf[b"errors"].items():
+        for k, v in maps["errors"].items():
             n = _as_int(v)
             idx = _as_int(k)
             if n and idx < len(_ERROR_NAMES):
@@ -820,19 +927,19 @@ class BpfSchedProbe:
         The probe frees entries itself at exit; this is the backstop for the
         narrow races around exit (see docs/ebpf.md). Returns how many it freed.
         """
-        bpf = self._bpf
-        if bpf is None:
+        maps = self._maps
+        if not maps:
             return 0
         freed = 0
         gone_groups = [g for g in tgids if not os.path.exists(f"{self.proc_root}/{g}")]
-        table = bpf[b"groups"]
+        table = maps["groups"]
         for g in gone_groups:
             try:
                 del table[table.Key(g)]
                 freed += 1
             except KeyError:
                 pass
-        table = bpf[b"threads"]
+        table = maps["threads"]
         for tid in tids:
             tgid = self._prev_tid[tid].tgid if tid in self._prev_tid else tid
             if not os.path.exists(f"{self.proc_root}/{tgid}/task/{tid}"):

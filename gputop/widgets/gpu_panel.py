@@ -168,6 +168,9 @@ class GpuPanel(Widget):
             info.append(("  thr: " + ",".join(gpu.throttle), "gpu-panel--warn"))
         else:
             info.append(("  no throttle", "gpu-panel--label"))
+        if gpu.sm_source == "dcgm":
+            # Not NVML GPM: read from the node's dcgm-exporter (docs/nvml.md).
+            info.append(("  SM: dcgm", "gpu-panel--label"))
         lines.append(info)
         return lines
 

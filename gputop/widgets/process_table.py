@@ -54,8 +54,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True),
     Column("command", "COMMAND", 0, lambda p: command_text(p), False),
 )
+# Shown before COMMAND only while some process runs in a container or pod
+# (gputop/sources/cgroup.py): the pod's namespace/name, else the short container id.
+POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False)
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-_BY_KEY = {c.key: c for c in COLUMNS}
+_BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN)}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
 
 
@@ -67,6 +70,17 @@ def column(key: str) -> Column:
 def sort_label(view: TableView) -> str:
     """The sort as the status line shows it: the column's header and ▼ or ▲."""
     return column(view.sort_key).label + ("▼" if view.reverse else "▲")
+
+
+def pod_text(p: ProcessSample) -> str:
+    """Where the process runs: namespace/pod, the pod's UID, a container id, or ""."""
+    if p.pod_name is not None:
+        return f"{p.pod_namespace}/{p.pod_name}"
+    if p.pod_uid is not None:
+        return f"pod {p.pod_uid[:8]}"
+    if p.container_id is not None:
+        return p.container_id[:12]
+    return ""
 
 
 def command_text(p: ProcessSample) -> str:
@@ -104,7 +118,7 @@ def _mem(mib: int | None, on_gpu: bool) -> str:
 
 
 def matches(p: ProcessSample, needle: str) -> bool:
-    """Case-insensitive substring match on pid, user, role and command line."""
+    """Case-insensitive substring match on pid, user, role, command line and pod."""
     if not needle:
         return True
     n = needle.lower()
@@ -114,6 +128,7 @@ def matches(p: ProcessSample, needle: str) -> bool:
         or n in p.role.lower()
         or n in p.comm.lower()
         or n in p.cmdline.lower()
+        or (p.pod_name is not None and n in f"{p.pod_namespace}/{p.pod_name}".lower())
     )
 
 
@@ -221,6 +236,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._header: Strip | None = None
         self._styles: dict[str, Style] = {}
         self._widths: tuple[int, ...] = ()
+        self._columns: tuple[Column, ...] = COLUMNS
         super().__init__(id=id)
 
     # ---- data ---------------------------------------------------------------
@@ -257,6 +273,14 @@ class ProcessTable(ScrollView, can_focus=True):
     def show(self, procs: Sequence[ProcessSample]) -> None:
         """Show these processes: drop the gone, add the new, re-render changed rows only."""
         self._procs = tuple(procs)
+        columns = COLUMNS
+        if any(pod_text(p) for p in self._procs):
+            columns = (*COLUMNS[:-1], POD_COLUMN, COLUMNS[-1])
+        if columns != self._columns:
+            # Every row and the header change shape.
+            self._columns = columns
+            self._cells, self._strips, self._header = {}, {}, None
+            self.refresh()
         self._apply()
 
     @property
@@ -352,6 +376,11 @@ class ProcessTable(ScrollView, can_focus=True):
             (_fmt(p.preempt_per_s), ""),
             (",".join(str(g) for g in p.gpus), ""),
             (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
+            *(
+                ((pod_text(p), "process-table--muted"),)
+                if len(self._columns) > len(COLUMNS)
+                else ()
+            ),
             (prefix, "process-table--muted"),
             (command_text(p)[:300], role_cls),
         )
@@ -371,7 +400,7 @@ class ProcessTable(ScrollView, can_focus=True):
         return style
 
     def _column_widths(self, width: int) -> tuple[int, ...]:
-        fixed = [c.width for c in COLUMNS[:-1]]
+        fixed = [c.width for c in self._columns[:-1]]
         rest = max(8, width - sum(fixed) - GUTTER * len(fixed) - GUTTER)
         return (*fixed, rest)
 
@@ -406,7 +435,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def _header_strip(self, widths: tuple[int, ...], base: Style, width: int) -> Strip:
         head = base + self._style("process-table--header")
         segments = []
-        for c, w in zip(COLUMNS, widths, strict=True):
+        for c, w in zip(self._columns, widths, strict=True):
             label = c.label
             style = head
             if c.key == self.sort_key:
@@ -421,7 +450,7 @@ class ProcessTable(ScrollView, can_focus=True):
     ) -> Strip:
         segments = []
         *columns, (prefix, prefix_cls), (command, command_cls) = cells
-        for c, w, (text, cls) in zip(COLUMNS[:-1], widths[:-1], columns, strict=True):
+        for c, w, (text, cls) in zip(self._columns[:-1], widths[:-1], columns, strict=True):
             text = text.rjust(w) if c.numeric else text.ljust(w)
             segments.append(Segment(" ", base))
             segments.append(Segment(text[:w], base + self._style(cls) if cls else base))
@@ -468,7 +497,7 @@ class ProcessTable(ScrollView, can_focus=True):
             return
         if offset.y == 0:
             x = 0
-            for c, w in zip(COLUMNS, self._widths, strict=False):
+            for c, w in zip(self._columns, self._widths, strict=False):
                 x += GUTTER + w
                 if offset.x < x:
                     # A click on the sorted column's header inverts it, as in htop.

@@ -1,0 +1,183 @@
+"""Fixes that are right for this host: CPU pinning, renice and num_workers sized to the machine.
+
+Pure model code. The diagnosis knows *that* a job is starved of CPU; this module
+turns the host's facts (how many CPUs are online, which of them the job may use,
+its cgroup CPU limit, how busy each CPU is, what else runs and who measurably
+took the CPU) into commands that are correct on this machine. A pinning is only
+offered when one exists: the job's trainer and workers each get a CPU of their
+own *and* the other work keeps at least the CPUs it uses now. Otherwise the fix
+says that no correct pinning exists and leads with the one that does (renice or
+move the other work).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Culprit:
+    """A process outside the job that takes CPU from it."""
+
+    pid: int
+    comm: str
+    cpu_pct: float
+    """Its CPU use, % of one CPU."""
+    share_pct: float | None = None
+    """Measured share of the job's lost CPU time it took (eBPF preemptors); None: inferred."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """What the fixes need to know about the machine and the job."""
+
+    cpus_online: tuple[int, ...]
+    """Online CPU ids."""
+    job_pids: tuple[int, ...]
+    """Trainer(s) first, then DataLoader workers."""
+    n_trainers: int
+    n_workers: int
+    job_cpus: tuple[int, ...] | None = None
+    """CPUs the job may run on (its affinity); None: all online CPUs."""
+    job_quota_cpus: float | None = None
+    """CPUs' worth of time the job's cgroup allows (cpu.max); None: no limit."""
+    per_cpu_pct: tuple[float, ...] = ()
+    """Busy % of each online CPU, in ``cpus_online`` order; empty when unknown."""
+    others_cpu_pct: float = 0.0
+    """CPU used by everything outside the job, % of one CPU."""
+    culprits: tuple[Culprit, ...] = ()
+    """Other processes to act on, worst first."""
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """CPU ids in taskset's list form: ``0-3,8,10-11``."""
+    ids = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Pinning:
+    """A correct split of the CPUs: the job's own cores and the rest for the other work."""
+
+    job: tuple[int, ...]
+    rest: tuple[int, ...]
+    squeezed: bool
+    """The other work uses more CPUs than ``rest`` holds: it will run slower."""
+
+
+def plan_pinning(f: HostFacts) -> tuple[Pinning | None, str]:
+    """The pinning to offer, or None and the one-line reason none is correct here."""
+    online = tuple(sorted(f.cpus_online))
+    allowed = tuple(sorted(set(f.job_cpus) & set(online))) if f.job_cpus else online
+    need = max(1, f.n_trainers + f.n_workers)
+    if f.job_quota_cpus is not None and f.job_quota_cpus < need:
+        return None, (
+            f"its cgroup allows {f.job_quota_cpus:g} CPUs (cpu.max) for {need} busy processes:"
+            " no pinning gives it more"
+        )
+    if len(allowed) < need:
+        return None, (
+            f"the job may run on {len(allowed)} CPU(s) ({cpu_list(allowed)}) and has {need}"
+            " processes: no core set gives each its own CPU"
+        )
+    if len(online) - need < 1:
+        return None, (
+            f"this host has {len(online)} CPUs and the job {need} busy processes:"
+            " no core set gives the job its own CPUs and leaves one for the other work"
+        )
+    busy = dict(zip(online, f.per_cpu_pct, strict=False)) if f.per_cpu_pct else {}
+    # Least busy first, then low ids: the job takes the CPUs the other work uses least.
+    job = tuple(sorted(sorted(allowed, key=lambda c: (busy.get(c, 0.0), c))[:need]))
+    rest = tuple(c for c in online if c not in job)
+    others_need = math.ceil(max(0.0, f.others_cpu_pct) / 100.0 - 0.25)
+    return Pinning(job, rest, others_need > len(rest)), ""
+
+
+def free_cpus(f: HostFacts) -> int:
+    """CPUs the job can use that the other work does not (at least 1)."""
+    online = f.cpus_online
+    allowed = len(set(f.job_cpus) & set(online)) if f.job_cpus else len(online)
+    cap = float(allowed)
+    if f.job_quota_cpus is not None:
+        cap = min(cap, f.job_quota_cpus)
+    return max(1, int(cap - max(0.0, f.others_cpu_pct) / 100.0 + 0.25))
+
+
+def starving_fixes(f: HostFacts) -> tuple[str, ...]:
+    """Fixes for a job starved of CPU, the one that is correct on this host first."""
+    pin, why_not = plan_pinning(f)
+    renice = _renice(f.culprits)
+    out: list[str] = []
+    if pin is not None and f.job_pids:
+        pids = " ".join(str(p) for p in f.job_pids)
+        line = (
+            f"pin the trainer and its workers to CPUs {cpu_list(pin.job)}:"
+            f" for p in {pids}; do taskset -a -cp {cpu_list(pin.job)} $p; done"
+        )
+        movers = [c.pid for c in f.culprits[:5]]
+        if movers:
+            line += (
+                f"; move the other work to CPUs {cpu_list(pin.rest)}: for p in"
+                f" {' '.join(str(p) for p in movers)}; do taskset -a -cp {cpu_list(pin.rest)} $p;"
+                " done"
+            )
+        else:
+            line += f" (and keep other jobs on CPUs {cpu_list(pin.rest)})"
+        if pin.squeezed:
+            line += (
+                f" (the other work uses {f.others_cpu_pct / 100.0:.1f} CPUs and gets"
+                f" {len(pin.rest)}: it slows down)"
+            )
+        out.append(line)
+        out.append(renice)
+    else:
+        out.append(renice)
+        out.append(
+            "move the other work off this node (or stop it) while the job trains;"
+            f" pinning will not help: {why_not}"
+        )
+    out.append(
+        "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
+        " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
+        " `systemd-run --scope -p CPUWeight=10`"
+    )
+    if f.job_quota_cpus is not None and f.job_quota_cpus < f.n_trainers + f.n_workers:
+        out.append(
+            f"the job's cgroup caps it at {f.job_quota_cpus:g} CPUs: raise cpu.max"
+            " (`systemctl set-property UNIT CPUQuota=...`, or the container's --cpus)"
+        )
+    free = free_cpus(f)
+    if f.n_workers and f.n_workers + f.n_trainers > free:
+        out.append(
+            f"num_workers={f.n_workers} plus the trainer needs more than the {free} free CPU(s):"
+            f" use num_workers={max(1, free - f.n_trainers)} or free CPUs"
+        )
+    if f.n_workers:
+        out.append(
+            "DataLoader(..., persistent_workers=True) so workers are not re-created every epoch"
+        )
+    return tuple(out)
+
+
+def _renice(culprits: Sequence[Culprit]) -> str:
+    if not culprits:
+        return "renice background jobs (renice -n 19 -p PID) or move them off this node"
+    measured = [c for c in culprits if c.share_pct is not None]
+    pids = " ".join(str(c.pid) for c in culprits[:5])
+    if measured:
+        who = ", ".join(f"pid {c.pid} {c.comm} ({c.share_pct:.0f}%)" for c in measured[:3])
+        return f"renice the processes that took the job's CPU time ({who}): renice -n 19 -p {pids}"
+    who = ", ".join(f"pid {c.pid} {c.comm} {c.cpu_pct:.0f}% CPU" for c in culprits[:3])
+    return (
+        f"renice the busiest other processes ({who}; inferred from CPU use): renice -n 19 -p {pids}"
+    )

@@ -1,0 +1,154 @@
+"""The short-lived compiler process: bcc compiles and attaches, then hands the fds over.
+
+Run by ``bpf_handover.spawn`` as ``python -m gputop.sources.bpf_child SOCK_FD
+PARENT_PID SRC [CFLAG...]``. It imports bcc (and with it LLVM, about 65 MiB
+the long-lived gputop process never pays), compiles ``SRC``, lets bcc attach
+every ``TRACEPOINT_PROBE``, and sends one message over the Unix socket
+``SOCK_FD``: a JSON description, with the program, attachment and map file
+descriptors as SCM_RIGHTS. Then it exits without running bcc's cleanup, which
+would disable the perf events the parent now shares.
+
+It dies with its parent (PR_SET_PDEATHSIG): a gputop killed mid-compile leaves
+neither a compiler running nor a program attached. It runs at nice 19 so the
+compile takes CPU only from idle time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+NICE = 19
+
+
+def _die_with_parent(parent_pid: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died before prctl: then nobody would kill us later.
+    return os.getppid() == parent_pid
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def _peak_rss_kib() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tables(bcc: Any, bpf: Any) -> list[tuple[str, int, Any, Any]]:
+    """(name, fd, key description, value description) of every map the program defines."""
+    lib = bcc.libbcc.lib
+    lib.bpf_num_tables.restype = ctypes.c_ulonglong
+    lib.bpf_num_tables.argtypes = [ctypes.c_void_p]
+    lib.bpf_table_name.restype = ctypes.c_char_p
+    lib.bpf_table_name.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong]
+    out = []
+    for i in range(int(lib.bpf_num_tables(bpf.module))):
+        name: bytes = lib.bpf_table_name(bpf.module, i)
+        fd = int(lib.bpf_table_fd(bpf.module, name))
+        if fd < 0:
+            continue
+        descs = []
+        for getter in (lib.bpf_table_key_desc, lib.bpf_table_leaf_desc):
+            raw = getter(bpf.module, name)
+            try:
+                descs.append(json.loads(raw.decode()) if raw else None)
+            except ValueError:
+                descs.append(None)
+        out.append((name.decode(), fd, descs[0], descs[1]))
+    return out
+
+
+def _attach_pairs(bpf: Any, pairs: list[list[str]]) -> None:
+    """Attach (entry, program, exit, program) tracepoint pairs; drop a pair the kernel refuses.
+
+    The exit first: an event in flight during the attach can then only miss its
+    entry, never leave an entry without its exit.
+    """
+    for entry_tp, entry_fn, exit_tp, exit_fn in pairs:
+        try:
+            bpf.attach_tracepoint(tp=exit_tp.encode(), fn_name=exit_fn.encode())
+        except Exception:  # noqa: BLE001 - refused by this kernel: skip the pair
+            continue
+        try:
+            bpf.attach_tracepoint(tp=entry_tp.encode(), fn_name=entry_fn.encode())
+        except Exception:  # noqa: BLE001
+            bpf.detach_tracepoint(tp=exit_tp.encode())
+
+
+def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], list[int]]:
+    """(the message, the fds to send): a description of what is attached, or why not."""
+    from gputop.sources.bcc_loader import find_bcc
+
+    bcc, why = find_bcc()
+    if bcc is None:
+        return {"ok": False, "stage": "bcc", "reason": str(why)}, []
+    started = time.monotonic()
+    try:
+        # bcc attaches every TRACEPOINT_PROBE while constructing.
+        bpf = bcc.BPF(src_file=src.encode(), cflags=cflags)
+    except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
+        return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
+    compile_s = time.monotonic() - started
+    _attach_pairs(bpf, json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")))
+    fds: list[int] = []
+    programs = []
+    for name, fn in bpf.funcs.items():
+        programs.append(name.decode())
+        fds.append(int(fn.fd))
+    attachments = []
+    kinds = (("tracepoint", bpf.tracepoint_fds), ("raw_tracepoint", bpf.raw_tracepoint_fds))
+    for kind, table in kinds:
+        for tp, fd in table.items():
+            attachments.append(f"{kind}:{tp.decode()}")
+            fds.append(int(fd))
+    maps = []
+    for name, fd, key_desc, leaf_desc in _tables(bcc, bpf):
+        maps.append({"name": name, "key_desc": key_desc, "leaf_desc": leaf_desc})
+        fds.append(fd)
+    msg = {
+        "ok": True,
+        "programs": programs,
+        "attachments": attachments,
+        "maps": maps,
+        "compile_s": round(compile_s, 3),
+        "child_peak_rss_kib": _peak_rss_kib(),
+    }
+    return msg, fds
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; returns the exit status (0: a message was sent)."""
+    sock_fd, parent_pid, src, *cflags = argv
+    if not _die_with_parent(int(parent_pid)):
+        return 3
+    os.setpriority(os.PRIO_PROCESS, 0, int(os.environ.get("GPUTOP_BPF_NICE", NICE)))
+    sock = socket.socket(fileno=int(sock_fd))
+    msg, fds = compile_and_attach(src, cflags)
+    socket.send_fds(sock, [json.dumps(msg).encode()], fds)
+    sock.close()
+    # Skip interpreter shutdown: bcc's atexit cleanup would disable and detach the
+    # perf events the parent now holds. The kernel drops this process's own fds.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

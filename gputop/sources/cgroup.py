@@ -1,0 +1,192 @@
+"""Which container and Kubernetes pod a process runs in, from its cgroup path.
+
+Container runtimes and the kubelet name cgroups after what they hold, so the path
+in ``/proc/PID/cgroup`` says it without asking any daemon:
+
+* docker, systemd driver: ``/system.slice/docker-<64 hex>.scope``
+* docker, cgroupfs driver: ``/docker/<64 hex>``
+* kubelet and containerd, systemd driver: ``/kubepods.slice/kubepods-burstable.slice/
+  kubepods-burstable-pod<uid with _ for ->.slice/cri-containerd-<64 hex>.scope``
+* kubelet, cgroupfs driver: ``/kubepods/besteffort/pod<uid>/<64 hex>``
+* CRI-O: ``.../crio-<64 hex>.scope``; podman: ``.../libpod-<64 hex>.scope``
+
+The pod's name and namespace are not in the path. The kubelet keeps each pod's logs
+in ``/var/log/pods/<namespace>_<name>_<uid>/`` (names cannot hold ``_``), so with
+that directory mounted (read-only) the UID gives both.
+
+``ContainerTagger`` is the one place gputop attaches this to processes: it wraps
+the /proc source and adds the identity to each process it returns, read once per
+process (pid and start time) and kept while the process lives.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gputop.model.frame import ProcessSample
+from gputop.sources.procfs import HostReading, ProcSource
+
+POD_LOG_ROOT = "/var/log/pods"
+# How often an unknown pod UID may trigger a new listing of the pod log directory.
+POD_INDEX_REFRESH_S = 10.0
+
+_ID = r"([0-9a-f]{64})"
+_CONTAINER = (
+    ("docker", re.compile(rf"^docker-{_ID}\.scope$")),
+    ("containerd", re.compile(rf"^cri-containerd-{_ID}\.scope$")),
+    ("cri-o", re.compile(rf"^crio-{_ID}\.scope$")),
+    ("podman", re.compile(rf"^libpod-{_ID}\.scope$")),
+)
+_BARE_ID = re.compile(rf"^{_ID}$")
+_POD = re.compile(
+    r"^(?:kubepods-(?:burstable-|besteffort-)?pod([0-9a-f_]{36})\.slice|pod([0-9a-f-]{36}))$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerIdentity:
+    """A process's container (id, runtime) and, under Kubernetes, its pod."""
+
+    container_id: str | None = None
+    runtime: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+
+def cgroup_path(text: str) -> str | None:
+    """The process's cgroup path from ``/proc/PID/cgroup``.
+
+    The unified (v2) line ``0::PATH`` when it is below the root; on hybrid hosts,
+    where that line reads ``/``, the first v1 hierarchy with a path below the root.
+    """
+    v1: str | None = None
+    for line in text.splitlines():
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hid == "0" and not controllers:
+            if path not in ("", "/"):
+                return path
+        elif v1 is None and path not in ("", "/"):
+            v1 = path
+    return v1
+
+
+def identity_from_path(path: str) -> ContainerIdentity | None:
+    """Container and pod identity from a cgroup path, or None outside any container."""
+    container_id = runtime = pod_uid = None
+    parts = [p for p in path.split("/") if p]
+    for i, part in enumerate(parts):
+        m = _POD.match(part)
+        if m:
+            pod_uid = (m.group(1) or m.group(2)).replace("_", "-")
+            continue
+        for name, rx in _CONTAINER:
+            m = rx.match(part)
+            if m:
+                container_id, runtime = m.group(1), name
+                break
+        else:
+            m = _BARE_ID.match(part)
+            # cgroupfs drivers: /docker/<id>, /kubepods/<qos>/pod<uid>/<id>
+            if m and i > 0 and (parts[i - 1] == "docker" or _POD.match(parts[i - 1])):
+                container_id = m.group(1)
+                runtime = "docker" if parts[i - 1] == "docker" else None
+    if container_id is None and pod_uid is None:
+        return None
+    return ContainerIdentity(container_id, runtime, pod_uid)
+
+
+class PodIndex:
+    """Pod UID -> (namespace, name) from the kubelet's pod log directories."""
+
+    def __init__(self, root: str = POD_LOG_ROOT) -> None:
+        self.root = root
+        self._pods: dict[str, tuple[str, str]] = {}
+        self._listed_at: float | None = None
+
+    def lookup(self, uid: str) -> tuple[str, str] | None:
+        """(namespace, name) of the pod, listing the directory again at most every 10 s."""
+        if uid not in self._pods:
+            now = time.monotonic()
+            if self._listed_at is None or now - self._listed_at >= POD_INDEX_REFRESH_S:
+                self._listed_at = now
+                self._pods = self._list()
+        return self._pods.get(uid)
+
+    def _list(self) -> dict[str, tuple[str, str]]:
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return {}
+        out = {}
+        for entry in names:
+            parts = entry.split("_")
+            if len(parts) == 3:
+                out[parts[2]] = (parts[0], parts[1])
+        return out
+
+
+class ContainerTagger(ProcSource):
+    """The /proc source, with each process's container and pod identity filled in."""
+
+    def __init__(
+        self,
+        proc_root: str = "/proc",
+        top_n: int = 30,
+        pod_log_root: str = POD_LOG_ROOT,
+    ) -> None:
+        super().__init__(proc_root=proc_root, top_n=top_n)
+        self.pods = PodIndex(pod_log_root)
+        self._ids: dict[tuple[int, int], ContainerIdentity | None] = {}
+
+    def read(self, *args: Any, **kwargs: Any) -> HostReading:
+        # Whatever ProcSource.read takes, passed through untouched.
+        reading = super().read(*args, **kwargs)
+        ids: dict[tuple[int, int], ContainerIdentity | None] = {}
+        out: list[ProcessSample] = []
+        changed = False
+        for p in reading.processes:
+            ident = self._identity(p, ids)
+            if ident is None:
+                out.append(p)
+                continue
+            changed = True
+            out.append(
+                replace(
+                    p,
+                    container_id=ident.container_id,
+                    container_runtime=ident.runtime,
+                    pod_uid=ident.pod_uid,
+                    pod_name=ident.pod_name,
+                    pod_namespace=ident.pod_namespace,
+                )
+            )
+        self._ids = ids  # processes no longer shown are forgotten
+        return replace(reading, processes=tuple(out)) if changed else reading
+
+    def _identity(
+        self, p: ProcessSample, ids: dict[tuple[int, int], ContainerIdentity | None]
+    ) -> ContainerIdentity | None:
+        key = (p.pid, p.start_time)
+        if key in ids:
+            return ids[key]
+        if key in self._ids:
+            ident = self._ids[key]
+        else:
+            try:
+                with open(f"{self.root}/{p.pid}/cgroup") as fh:
+                    path = cgroup_path(fh.read())
+            except OSError:
+                path = None
+            ident = None if path is None else identity_from_path(path)
+        if ident is not None and ident.pod_uid is not None and ident.pod_name is None:
+            named = self.pods.lookup(ident.pod_uid)
+            if named is not None:
+                ident = replace(ident, pod_namespace=named[0], pod_name=named[1])
+        ids[key] = ident
+        return ident

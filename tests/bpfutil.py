@@ -1,0 +1,79 @@
+"""What the tests see of BPF programs from outside: loaded ids and who holds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from gputop.sources.bpf_syscall import loaded_program_ids
+
+
+def loaded_prog_ids() -> set[int]:
+    """Every loaded BPF program, by ``bpftool prog show`` where installed (else bpf(2) directly)."""
+    if shutil.which("bpftool"):
+        out = subprocess.run(
+            ["bpftool", "prog", "show", "--json"], capture_output=True, text=True, check=True
+        ).stdout
+        return {int(p["id"]) for p in json.loads(out or "[]")}
+    return loaded_program_ids()
+
+
+def held_prog_ids(pid: int) -> set[int]:
+    """Ids of the programs process ``pid`` holds a descriptor of (from /proc/PID/fdinfo)."""
+    ids = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return ids
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            pass
+    return ids
+
+
+def held_by_anyone() -> set[int]:
+    """Program ids some live process holds a descriptor of."""
+    ids: set[int] = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            ids |= held_prog_ids(int(d))
+    return ids
+
+
+def wait_gone(ids: set[int], timeout_s: float = 10.0) -> set[int]:
+    """Wait for the kernel to free these programs (it does so a moment after the last close).
+
+    Returns the ones still loaded at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = ids & loaded_prog_ids()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except OSError:
+        return True
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of ``pid`` in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")

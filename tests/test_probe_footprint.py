@@ -1,0 +1,90 @@
+"""gputop's TUI with the eBPF probe, as root in a real terminal (tmux): memory and every exit.
+
+The probe is compiled by a child process, so the long-lived gputop process never
+loads bcc or LLVM; its resident memory is measured here (issue 11: at most 60 MiB
+with the probe live, 2 GPUs from the fake NVML). Then gputop is ended by each
+path a user has (q, SIGTERM, SIGHUP, SIGKILL) and the programs it held must be
+gone from the kernel (``bpftool prog show``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gputop.sources.bcc_loader import find_bcc
+from tests.bpfutil import held_prog_ids, loaded_prog_ids, process_gone, rss_kib, wait_gone
+from tests.fakenvml import FakeGpu, FakeNvml
+
+ROOT = Path(__file__).resolve().parents[1]
+RSS_LIMIT_KIB = 60 * 1024
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "the eBPF probe needs root"
+    if shutil.which("tmux") is None:
+        return "needs tmux"
+    bcc, why = find_bcc()
+    return None if bcc is not None else f"bcc unavailable: {why}"
+
+
+pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+
+
+@pytest.mark.parametrize("how", ["q", "SIGTERM", "SIGHUP", "SIGKILL"])
+def test_tui_with_the_probe_stays_small_and_leaves_nothing_attached(how: str, tmp_path: Path):
+    fake = FakeNvml(tmp_path, [FakeGpu(util=[90], sm_util=[30]), FakeGpu(util=[20], sm_util=[5])])
+    env = fake.env()
+    env["PYTHONPATH"] = str(ROOT)
+    env["TERM"] = "xterm-256color"
+    session = f"gputop-footprint-{os.getpid()}-{how}"
+    exports = " ".join(
+        f"{k}={v}" for k, v in env.items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO")
+    )
+    cmd = (
+        f"cd {ROOT} && exec env {exports} PYTHONPATH={ROOT} TERM=xterm-256color"
+        f" {sys.executable} -m gputop --interval 0.5"
+    )
+    subprocess.run(
+        ["tmux", "new", "-d", "-s", session, "-x", "120", "-y", "40", cmd], check=True, env=env
+    )
+    try:
+        pid = int(_tmux("display", "-p", "-t", session, "#{pane_pid}").strip())
+        # Live: gputop holds the programs, the compiler child is gone.
+        deadline = time.monotonic() + 90
+        ids: set[int] = set()
+        while time.monotonic() < deadline:
+            ids = held_prog_ids(pid)
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if ids and not children and "sched:bpf" in _tmux("capture-pane", "-p", "-t", session):
+                break
+            time.sleep(0.1)
+        screen = _tmux("capture-pane", "-p", "-t", session)
+        assert ids and "sched:bpf" in screen, screen
+        assert ids <= loaded_prog_ids()
+        time.sleep(2.0)  # a few ticks with the probe read every tick
+        rss = rss_kib(pid)
+        assert rss <= RSS_LIMIT_KIB, f"gputop RSS {rss / 1024:.1f} MiB with the probe live"
+        if how == "q":
+            _tmux("send-keys", "-t", session, "q")
+        else:
+            os.kill(pid, getattr(signal, how))
+        deadline = time.monotonic() + 15
+        while not process_gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_gone(pid), f"gputop still running after {how}"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+    assert not wait_gone(ids), f"programs left attached after {how}"

@@ -1,0 +1,269 @@
+"""Terminal and process habits: the real TUI in a pseudo-terminal, quit keys, exit signals
+at several moments of start-up (the eBPF probe compile included), and no terminal at all.
+
+Each probe check looks only at BPF programs this test's own gputop held (its
+/proc/PID/fdinfo) or that appeared during its run and no live process holds:
+other work on the machine may have probes of its own attached meanwhile.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gputop.sources.bcc_loader import find_bcc
+
+ROOT = Path(__file__).resolve().parents[1]
+IS_ROOT = os.geteuid() == 0
+BPFTOOL = shutil.which("bpftool") or next(
+    (p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.path.exists(p)), None
+)
+PROBE_PROGS = {
+    "tracepoint__sched__sched_switch",
+    "tracepoint__sched__sched_wakeup",
+    "tracepoint__sched__sched_process_exit",
+}
+needs_probe = pytest.mark.skipif(
+    not IS_ROOT or find_bcc()[1] is not None or BPFTOOL is None,
+    reason="needs root, bcc and bpftool",
+)
+FIRST_FRAME = b"sched:"  # the status line names the sources once a frame has arrived
+
+
+class PtyGputop:
+    """gputop on the slave side of a real pseudo-terminal (120x40); everything it draws is kept."""
+
+    def __init__(self, *args: str) -> None:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gputop", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.master = master
+        self.out = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.out.extend(chunk)
+
+    def wait_for(self, cond: object, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if callable(cond) and cond():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gputop exited early: {self.text()[-2000:]}")
+            time.sleep(0.01)
+        raise AssertionError(f"timed out; screen so far: {self.text()[-2000:]}")
+
+    def drawn(self, mark: bytes) -> bool:
+        return mark in self.out
+
+    def finish(self, timeout_s: float = 30.0) -> int:
+        try:
+            rc = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"gputop did not exit; screen: {self.text()[-2000:]}") from None
+        self._reader.join(timeout=5)
+        os.close(self.master)
+        return rc
+
+    def text(self) -> str:
+        return self.out.decode(errors="replace")
+
+
+def _own_prog_ids(pid: int) -> set[int]:
+    """BPF program ids the process holds an fd on (its fdinfo's prog_id lines)."""
+    ids: set[int] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return ids
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                for line in fh:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            continue
+    return ids
+
+
+def _held_by_anyone() -> set[int]:
+    held: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            held |= _own_prog_ids(int(entry))
+    return held
+
+
+def _probe_progs() -> set[int]:
+    """Ids of loaded programs named like gputop's probe, as `bpftool prog show` lists them."""
+    assert BPFTOOL is not None
+    r = subprocess.run([BPFTOOL, "-j", "prog", "show"], capture_output=True, text=True, check=True)
+    return {p["id"] for p in json.loads(r.stdout or "[]") if p.get("name") in PROBE_PROGS}
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """gputop's own code runs: its SIGTERM handler is installed (SigCgt in /proc/PID/status).
+
+    Before that the interpreter itself is starting, and a signal takes its default action.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False
+
+
+def _compilers(pid: int) -> list[psutil.Process]:
+    """The probe's compile-and-attach children (gputop.sources.bpf_child) of ``pid``."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for k in kids:
+        try:
+            if any("bpf_child" in a for a in k.cmdline()):
+                out.append(k)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
+    before = _probe_progs()
+    g = PtyGputop("--interval", "0.5")
+    pid = g.proc.pid
+    seen: set[int] = set()
+    if moment == "start-up":
+        # gputop's first line ran; the app, the sampler and the probe are still to come
+        g.wait_for(lambda: _catches_sigterm(pid))
+    elif moment == "probe-compile":
+        # the compile-and-attach child runs; no program has reached gputop yet
+        g.wait_for(lambda: bool(_compilers(pid)))
+        assert not _own_prog_ids(pid), "signal meant for the compile came after the handover"
+    else:
+        g.wait_for(lambda: bool(_own_prog_ids(pid)) and g.drawn(FIRST_FRAME))
+        seen = _own_prog_ids(pid)
+    helpers = _compilers(pid)
+    for helper in helpers:
+        seen |= _own_prog_ids(helper.pid)
+    seen |= _own_prog_ids(pid)
+    g.proc.send_signal(sig)
+    rc = g.finish()
+    # The compile child dies with gputop (PR_SET_PDEATHSIG); its fds go with it.
+    psutil.wait_procs(helpers, timeout=20)
+    assert not [h for h in helpers if h.is_running() and h.status() != psutil.STATUS_ZOMBIE]
+    assert rc == 128 + sig, g.text()[-2000:]
+    assert "Traceback" not in g.text(), g.text()[-3000:]
+    after = _probe_progs()
+    assert not (seen & after), f"programs {seen & after} still loaded after gputop exited"
+    leaked = (after - before) - _held_by_anyone()
+    assert not leaked, f"programs {leaked} loaded during the run and held by no process"
+
+
+@pytest.mark.root
+@needs_probe
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("moment", ["start-up", "probe-compile", "running"])
+def test_exit_signal_at_any_moment_exits_with_its_status_and_leaves_no_probe(
+    moment: str, sig: signal.Signals
+) -> None:
+    _quit_by_signal(moment, sig)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("delay_s", [0.0, 0.3, 1.0])
+def test_exit_signal_during_start_up_without_the_probe(delay_s: float, sig: signal.Signals) -> None:
+    g = PtyGputop("--no-bpf", "--demo", "healthy")
+    g.wait_for(lambda: _catches_sigterm(g.proc.pid))
+    time.sleep(delay_s)
+    g.proc.send_signal(sig)
+    rc = g.finish()
+    assert rc == 128 + sig, g.text()[-2000:]
+    assert "Traceback" not in g.text(), g.text()[-3000:]
+
+
+@pytest.mark.parametrize("keys", [b"\x03", b"q", b"\x1b[21~"], ids=["ctrl-c", "q", "F10"])
+def test_quit_keys_exit_zero(keys: bytes) -> None:
+    g = PtyGputop("--no-bpf", "--demo", "healthy")
+    g.wait_for(lambda: g.drawn(FIRST_FRAME))
+    os.write(g.master, keys)
+    assert g.finish() == 0, g.text()[-2000:]
+    assert "Traceback" not in g.text()
+
+
+def test_ctrl_c_quits_even_from_the_filter_input() -> None:
+    g = PtyGputop("--no-bpf", "--demo", "healthy")
+    g.wait_for(lambda: g.drawn(FIRST_FRAME))
+    os.write(g.master, b"/")
+    time.sleep(1.5)  # the filter input opens and takes the focus
+    os.write(g.master, b"q")  # typed into the filter: not a quit
+    time.sleep(1.0)
+    assert g.proc.poll() is None, "q typed into the filter quit the app"
+    os.write(g.master, b"\x03")
+    assert g.finish() == 0, g.text()[-2000:]
+
+
+@pytest.mark.parametrize("args", [[], ["--demo", "healthy"]], ids=["live", "demo"])
+def test_without_a_terminal_the_tui_refuses_in_one_line(args: list[str]) -> None:
+    started = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "gputop", "--no-bpf", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=ROOT,
+        timeout=30,
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "gputop record" in lines[0] and "gputop export" in lines[0]
+    assert r.stdout == ""
+    assert time.monotonic() - started < 30
+
+
+def test_cli_interval_floor_is_the_samplers() -> None:
+    from gputop import cli, sampler
+
+    assert cli.MIN_INTERVAL_S == sampler.MIN_INTERVAL_S
