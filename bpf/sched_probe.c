@@ -126,8 +126,13 @@ struct woke_val_t {
 };
 BPF_HASH(other_wakers, struct woke_key_t, struct woke_val_t, MAX_PREEMPT);
 // Interrupt nesting depth of each CPU (hard irq, softirq, timer callbacks,
-// x86 vectors), from their entry/exit tracepoints.
-BPF_PERCPU_ARRAY(irq_depth, u32, 1);
+// x86 vectors), from their entry/exit tracepoints; indexed by CPU, each on its
+// own cache line so CPUs do not bounce one line between them at every interrupt.
+struct irq_depth_t {
+    u32 depth;
+    u32 pad[15];
+};
+BPF_ARRAY(irq_depth, struct irq_depth_t, MAX_CPUS);
 // [0] user space's interval counter, flipped once per read.
 BPF_ARRAY(epoch, u32, 1);
 // Failed map updates: [0] thread map full, [1] group map full,
@@ -392,8 +397,9 @@ TRACEPOINT_PROBE(sched, sched_switch) {
 }
 
 static __always_inline u32 *irq_depth_slot(void) {
-    int zero = 0;
-    return irq_depth.lookup(&zero);
+    u32 cpu = bpf_get_smp_processor_id();
+    struct irq_depth_t *d = irq_depth.lookup(&cpu);
+    return d ? &d->depth : NULL;
 }
 
 // Who is waking a blocked, tracked thread. It fires in the waker's context

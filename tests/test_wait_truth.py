@@ -112,7 +112,7 @@ def test_the_hog_that_preempts_a_trainer_is_its_top_preemptor(
     for f in frames:
         r = _row(f, pid)
         print("trainer runq", r.runq_pct, "preemptors", r.preemptors)
-        slots = [(list(v.tid), list(v.since)) for v in probe._bpf[b"cpu_waiters"].values()]
+        slots = [(list(v.tid), list(v.since)) for _, v in probe._maps["cpu_waiters"].items()]
         assert r.preemptors, (r, slots)
         top = r.preemptors[0]
         assert (top.pid, top.comm) == (hog, "cpuhog_named"), r.preemptors

@@ -171,7 +171,13 @@ class WaitersT(ctypes.Structure):
     )
 
 
-# Every map of the program user space reads or writes: name -> (key type, value type).
+class IrqDepthT(ctypes.Structure):
+    """``struct irq_depth_t``: one CPU's interrupt nesting depth (on its own cache line)."""
+
+    _fields_ = (("depth", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 15))
+
+
+# Every map of the program: name -> (key type, value type).
 MAP_TYPES: dict[str, tuple[Any, Any]] = {
     "threads": (ctypes.c_uint32, ThreadT),
     "groups": (ctypes.c_uint32, GroupT),
@@ -183,6 +189,7 @@ MAP_TYPES: dict[str, tuple[Any, Any]] = {
     "preempt": (PreemptKeyT, PreemptValT),
     "other_wakers": (WokeKeyT, WokeValT),
     "cpu_waiters": (ctypes.c_int32, WaitersT),
+    "irq_depth": (ctypes.c_int32, IrqDepthT),
 }
 
 
