@@ -22,6 +22,7 @@ import this file as their main module.
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import signal
 import subprocess
@@ -96,6 +97,20 @@ def _workers_named(n: int, timeout_s: float = 60.0) -> None:
     raise TimeoutError("DataLoader workers did not start")
 
 
+class _Phase:
+    """A shared byte telling a test whether the loop is inside next() (1) or not (0)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._map: mmap.mmap | None = None
+        if path is not None:
+            with open(path, "r+b") as f:
+                self._map = mmap.mmap(f.fileno(), 1)
+
+    def set(self, v: int) -> None:
+        if self._map is not None:
+            self._map[0] = v
+
+
 def _run_delay_ns(tid: int) -> int:
     with open(f"/proc/self/task/{tid}/schedstat") as f:
         return int(f.read().split()[1])
@@ -117,6 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-next",
         action="store_true",
         help="start the workers, then only run the stand-in (never take a batch)",
+    )
+    ap.add_argument(
+        "--phase-file",
+        default=None,
+        help="a 1-byte file the loop keeps at 1 while inside next() and 0 outside",
     )
     ap.add_argument(
         "--hog-comm",
@@ -147,12 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         next(it)
     print("ready", flush=True)
+    phase = _Phase(args.phase_file)
     with open(args.out, "w", buffering=1) as out:
         while args.no_next:
             t0 = time.perf_counter()
             _standin(args.standin, step_s)
             out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f}\n")
         while True:
+            phase.set(1)
             t0 = time.perf_counter()
             c0 = time.thread_time_ns()
             r0 = _run_delay_ns(tid)
@@ -165,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             c1 = time.thread_time_ns()
             r1 = _run_delay_ns(tid)
             blocked = int((t1 - t0) * 1e9) - (c1 - c0) - (r1 - r0)
+            phase.set(0)
             _standin(args.standin, step_s)
             out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {time.perf_counter():.7f}\n")
 
@@ -201,6 +224,27 @@ def blocked_share(steps: Sequence[Step], t0: float, t1: float) -> float:
         if overlap > 0:
             total += s.blocked_ns / 1e9 * overlap / span
     return 100.0 * total / (t1 - t0)
+
+
+class PhaseReader:
+    """The test's side of ``--phase-file``: is the loop inside next() right now?"""
+
+    def __init__(self, path: Path) -> None:
+        path.write_bytes(b"\x01")
+        with open(path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 1)
+
+    def inside_next(self) -> bool:
+        return self._map[0] == 1
+
+    def wait_outside(self, timeout_s: float) -> bool:
+        """Wait until the loop is outside next(); False if it never was within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while self.inside_next():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0005)
+        return True
 
 
 @contextmanager
