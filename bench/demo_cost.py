@@ -3,7 +3,11 @@
 Runs `gputop record --demo NAME` for a few seconds per scenario and reports,
 averaged over the frames: CPU used by the job (trainer + DataLoader workers),
 by the background hogs, GPU_UTIL, SM activity, the trainer's run-queue wait and
-the final verdict. Usage: python bench/demo_cost.py [SECONDS]
+the final verdict. With --bpf (root, bcc) the eBPF probe measures the scheduler
+side, and the trainer's measured wait split is printed too: the input wait
+(woken by its workers) and the GPU/interrupt wait (woken by a timer, its modelled
+GPU sync), frames from the probe's first full interval on.
+Usage: python bench/demo_cost.py [SECONDS] [--bpf]
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from gputop.demo import SCENARIOS
 
 
 def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
+    args = [a for a in sys.argv[1:] if a != "--bpf"]
+    bpf = "--bpf" in sys.argv[1:]
+    seconds = float(args[0]) if args else 5.0
     print(
         f"{'scenario':<16} {'job CPU%':>8} {'hogs CPU%':>9} {'GPU_UTIL':>8} {'SM%':>5}"
         f" {'trainer runq%':>13}  verdict"
@@ -37,14 +43,17 @@ def main() -> None:
                 "0.5",
                 "--duration",
                 str(seconds),
-                "--no-bpf",
+                *(() if bpf else ("--no-bpf",)),
             ],
             capture_output=True,
             text=True,
             check=True,
         ).stdout
         frames = [json.loads(line) for line in out.splitlines()][2:]
+        if bpf:
+            frames = [f for f in frames if f["sources"]["sched"] == "bpf"][1:] or frames
         job = hogs = util = sm = runq = 0.0
+        waits: dict[str, list[float]] = {"wait_input_pct": [], "wait_irq_pct": []}
         for f in frames:
             trainer = next(p for p in f["processes"] if p["comm"] == "demo_trainer")
             job += sum(p["cpu_pct"] for p in f["processes"] if p["trainer_pid"] == trainer["pid"])
@@ -52,10 +61,17 @@ def main() -> None:
             util += f["gpus"][0]["util"]
             sm += f["gpus"][0]["sm_active"]
             runq += trainer["runq_pct"] or 0.0
+            for k, vals in waits.items():
+                if trainer.get(k) is not None:
+                    vals.append(trainer[k])
         n = len(frames)
+        split = " ".join(
+            f"{sum(v) / len(v):{w}.1f}" if v else f"{'n/a':>{w}}"
+            for v, w in zip(waits.values(), (6, 5), strict=True)
+        )
         print(
             f"{name:<16} {job / n:8.1f} {hogs / n:9.1f} {util / n:8.1f} {sm / n:5.1f}"
-            f" {runq / n:13.1f}  {frames[-1]['verdicts'][0]['state']}"
+            f" {runq / n:13.1f} {split}  {frames[-1]['verdicts'][0]['state']}"
         )
 
 

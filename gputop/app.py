@@ -30,7 +30,7 @@ from textual.reactive import reactive
 from textual.signal import Signal
 from textual.widgets import Footer
 
-from gputop.config import Config, load_config
+from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.messages import (
     FilterCancelled,
@@ -56,6 +56,7 @@ from gputop.widgets.filter_input import FilterInput
 from gputop.widgets.gpu_panel import GpuPanel
 from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
+from gputop.widgets.wait_bars import TrainerWaitBars
 
 HISTORY_WINDOW_S = 600.0
 GPU_PANEL_MIN_W = 38
@@ -244,6 +245,7 @@ class GputopApp(App[int]):
     def compose(self) -> ComposeResult:
         yield VerdictBanner(id="banner")
         yield Grid(id="gpus")
+        yield TrainerWaitBars(id="waits")
         yield ProcessTable(id="procs")
         yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
         yield StatusLine(interval_s=self.interval_s, id="status").data_bind(GputopApp.paused)
@@ -330,6 +332,7 @@ class GputopApp(App[int]):
         if frame is not None:
             self.query_one(VerdictBanner).show(frame.verdicts, has_gpus=bool(frame.gpus))
             self._show_gpus(frame)
+            self.query_one(TrainerWaitBars).show(frame.processes)
             self.table.show(frame.processes)
             self.query_one(StatusLine).show_frame(frame)
         self.history_updated.publish(self.history)
@@ -520,13 +523,12 @@ def _replay_feed(path: str) -> ReplayFeed:
     return ReplayFeed(list(bundle.frames), dict(bundle.meta))
 
 
-def run_app(args: argparse.Namespace, opts: Options) -> int:
+def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     """The default command: the live TUI, a demo, or a replay of a snapshot bundle.
 
     Exit status: 0 after q, F10 or Ctrl-C; 128 + N after signal N (SIGINT 130,
     SIGTERM 143, SIGHUP 129) at any moment, start-up included.
     """
-    config = load_config()
     feed: Feed
     if getattr(args, "replay", None):
         feed = _replay_feed(args.replay)

@@ -15,6 +15,7 @@ from gputop import __version__, signals
 from gputop.errors import UsageError
 
 if TYPE_CHECKING:
+    from gputop.config import Config
     from gputop.runtime import Options
 
 # The sampler's floor (gputop.sampler.MIN_INTERVAL_S; a test keeps them equal).
@@ -178,13 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def options_from(args: argparse.Namespace) -> Options:
+def options_from(args: argparse.Namespace, config: Config) -> Options:
     """The options for every command: the command line, then the config file, then defaults."""
-    from gputop.config import load_config
     from gputop.model.diagnosis import Thresholds
     from gputop.runtime import DEFAULT_INTERVAL_S, Options
 
-    config = load_config()
     interval_s = args.interval
     if interval_s is None:
         interval_s = DEFAULT_INTERVAL_S if config.interval_s is None else config.interval_s
@@ -208,7 +207,10 @@ def _open_output(path: str) -> IO[str]:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    opts = options_from(args)
+    from gputop.config import load_config
+
+    config = load_config()
+    opts = options_from(args, config)
     if args.command == "record":
         from gputop.record import record
 
@@ -236,7 +238,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return export_command(args, opts)
     from gputop.app import run_app
 
-    return run_app(args, opts)
+    return run_app(args, opts, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,10 +10,11 @@ Example::
     quit = "q,f10,ctrl+q"
     kill = "F9"
 
-    [thresholds]                   # passed to the diagnosis engine as a mapping
-    starving_offcpu_pct = 40
+    [thresholds]                   # the diagnosis engine's Thresholds (docs/diagnosis.md)
+    sm_low_pct = 30
 
-A missing file is an empty config; a bad one is a one-line UsageError.
+A missing file is an empty config; a bad one is a one-line UsageError. The command
+line reads it once (``cli._dispatch``) and hands it to whichever command runs.
 """
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -27,14 +28,15 @@ from gputop.procctl import PYSPY_INSTALL_HINT, find_pyspy
 from gputop.runtime import Options
 from gputop.sources.bcc_loader import INSTALL_FIX, find_bcc
 from gputop.sources.nvml import NvmlFacts, probe_nvml
-
-CAP_SYS_PTRACE = 19
-CAP_SYS_ADMIN = 21
-CAP_PERFMON = 38
-CAP_BPF = 39
-
-TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-KHEADERS = "/sys/kernel/kheaders.tar.xz"
+from gputop.sources.sched_probe import (
+    KHEADERS,
+    TRACEFS_DIRS,
+    Unavailable,
+    has_bpf_capabilities,
+    kernel_headers_present,
+    preflight,
+    state_masks,
+)
 
 
 @dataclass(frozen=True)
@@ -89,28 +91,30 @@ def check_nvml(probe: Callable[[], NvmlFacts] = probe_nvml) -> list[Check]:
     return out
 
 
-# ---- eBPF -----------------------------------------------------------------------
+# ---- eBPF ----------------------------------------------------------------------
+#
+# Each row's verdict is the probe's own test (gputop.sources.sched_probe), so the
+# doctor cannot pass a host the probe then refuses; the rows only add detail to it.
+# Whether to compile is the probe's preflight() verdict.
 
 
 def check_bcc(finder: Callable[[], tuple[ModuleType | None, str | None]] = find_bcc) -> Check:
     """The bcc Python module (python3-bpfcc) and its libbcc."""
     mod, why = finder()
     if mod is None:
-        # The loader's reason ends with the install hint, which goes in the fix line here.
-        why = (why or "bcc cannot be imported").replace(f"; {INSTALL_FIX}", "")
         return Check(
             "bcc (eBPF)",
             False,
-            f"{why}; scheduler numbers come from /proc instead",
-            "apt-get install python3-bpfcc  (Fedora/RHEL: dnf install python3-bcc)",
+            f"{why or 'bcc cannot be imported'}; scheduler numbers come from /proc instead",
+            INSTALL_FIX,
         )
     version = getattr(mod, "__version__", None) or "version unknown"
     where = os.path.dirname(os.path.dirname(getattr(mod, "__file__", "") or "")) or "?"
     return Check("bcc (eBPF)", True, f"bcc {version} from {where}")
 
 
-def _headers_release(build: str) -> str | None:
-    path = os.path.join(build, "include", "generated", "utsrelease.h")
+def _headers_release(headers: str) -> str | None:
+    path = os.path.join(headers, "include", "generated", "utsrelease.h")
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -121,102 +125,92 @@ def _headers_release(build: str) -> str | None:
     return None
 
 
-def check_kernel_headers(
-    release: str | None = None,
-    modules_dir: str = "/lib/modules",
-    kheaders: str = KHEADERS,
-    env: Mapping[str, str] | None = None,
-) -> Check:
-    """Kernel headers for bcc, in the places bcc looks.
+def check_kernel_headers(release: str | None = None) -> Check:
+    """Kernel headers where bcc looks for them (the probe's own test: include/linux/kconfig.h).
 
-    ``$BCC_KERNEL_SOURCE``, ``/lib/modules/RELEASE/build`` or ``.../source``, or the
-    kernel's own ``kheaders`` archive (CONFIG_IKHEADERS).
+    ``$BCC_KERNEL_SOURCE``, else ``/lib/modules/RELEASE/build`` or ``.../source``,
+    else the kernel's own ``kheaders`` archive (CONFIG_IKHEADERS).
     """
     release = release or os.uname().release
-    env = os.environ if env is None else env
-    build = os.path.join(modules_dir, release, "build")
-    fix = (
-        f"apt-get install linux-headers-{release}  (Fedora/RHEL: dnf install "
-        f"kernel-devel-{release}), or modprobe kheaders"
-    )
-    override = env.get("BCC_KERNEL_SOURCE")
-    if override:
-        if os.path.isdir(os.path.join(override, "include")):
-            return Check("kernel headers", True, f"BCC_KERNEL_SOURCE={override}")
-        return Check(
-            "kernel headers",
-            False,
-            f"BCC_KERNEL_SOURCE={override} has no include/ directory",
-            "point BCC_KERNEL_SOURCE at a kernel header tree, or unset it",
-        )
-    for d in (build, os.path.join(modules_dir, release, "source")):
-        if not os.path.isdir(os.path.join(d, "include")):
-            continue
-        target = os.path.realpath(d)
-        built_for = _headers_release(d)
+    found = kernel_headers_present(release)
+    if found == KHEADERS:
+        return Check("kernel headers", True, f"{KHEADERS} (CONFIG_IKHEADERS)")
+    if found is not None:
+        target = os.path.realpath(found)
+        shown = f"{found} -> {target}" if target != found else found
+        # Debian's common "source" tree has no generated headers; its "build" sibling does.
+        built_for = _headers_release(found) or _headers_release(f"/lib/modules/{release}/build")
         if built_for is not None and built_for != release:
             return Check(
                 "kernel headers",
                 True,
-                f"{d} -> {target} is for {built_for}, not {release}; enough for gputop's "
+                f"{shown} is for {built_for}, not {release}; enough for gputop's "
                 "probe (it reads tracepoint fields only) if it compiles",
             )
-        return Check("kernel headers", True, f"{d} -> {target}")
-    if os.path.exists(kheaders):
-        return Check("kernel headers", True, f"{kheaders} (CONFIG_IKHEADERS)")
-    if os.path.islink(build):
+        return Check("kernel headers", True, shown)
+    override = os.environ.get("BCC_KERNEL_SOURCE")
+    if override:
+        return Check(
+            "kernel headers",
+            False,
+            f"BCC_KERNEL_SOURCE={override} has no include/linux/kconfig.h",
+            "point BCC_KERNEL_SOURCE at a kernel header tree, or unset it",
+        )
+    build = f"/lib/modules/{release}/build"
+    if os.path.islink(build) and not os.path.exists(build):
         why = f"{build} points to {os.readlink(build)}, which does not exist"
     else:
-        why = f"no {build} and no {kheaders}"
-    return Check("kernel headers", False, f"{why}; bcc cannot compile the probe", fix)
-
-
-def _cap_eff(status_path: str) -> int | None:
-    try:
-        with open(status_path, encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return int(line.split()[1], 16)
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+        why = f"no {build}/include/linux/kconfig.h and no {KHEADERS}"
+    return Check(
+        "kernel headers",
+        False,
+        f"{why}; bcc cannot compile the probe",
+        f"apt-get install linux-headers-{release}  (Fedora/RHEL: dnf install "
+        f"kernel-devel-{release}), or modprobe kheaders",
+    )
 
 
 def check_privileges(status_path: str = "/proc/self/status", euid: int | None = None) -> Check:
     """Root, or CAP_BPF + CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8), in CapEff."""
     euid = os.geteuid() if euid is None else euid
-    caps = _cap_eff(status_path)
     who = "root" if euid == 0 else f"uid {euid}"
-    fix = (
-        "run as root (sudo gputop), or in a container add --cap-add BPF --cap-add PERFMON "
-        "(--cap-add SYS_ADMIN on kernels before 5.8)"
-    )
-    if caps is None:
-        return Check(
-            "privileges for eBPF", False, f"{who}; cannot read CapEff from {status_path}", fix
-        )
-
-    def has(cap: int) -> bool:
-        return bool(caps >> cap & 1)
-
-    if has(CAP_BPF) and has(CAP_PERFMON):
-        return Check("privileges for eBPF", True, f"{who} with CAP_BPF and CAP_PERFMON")
-    if has(CAP_SYS_ADMIN):
-        return Check("privileges for eBPF", True, f"{who} with CAP_SYS_ADMIN")
-    missing = [n for c, n in ((CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")) if not has(c)]
+    try:
+        with open(status_path, encoding="ascii", errors="replace") as f:
+            status_text = f.read()
+    except OSError as exc:
+        status_text = ""
+        why = f"{who}; cannot read {status_path}: {exc.strerror}"
+    else:
+        m = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status_text, re.M)
+        why = f"{who}, CapEff {int(m.group(1), 16):#x}" if m else f"{who}, no CapEff"
+    if has_bpf_capabilities(status_text):
+        return Check("privileges for eBPF", True, f"{why}: may load and attach the probe")
     return Check(
         "privileges for eBPF",
         False,
-        f"{who} without {' and '.join(missing)} (CapEff {caps:#x}); the probe cannot load",
-        fix,
+        f"{why}: without CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) the probe cannot load",
+        "run as root (sudo gputop), or in a container add --cap-add BPF --cap-add PERFMON "
+        "(--cap-add SYS_ADMIN on kernels before 5.8)",
     )
 
 
 def check_tracefs(dirs: Sequence[str] = TRACEFS_DIRS) -> Check:
-    """A mounted tracefs with the sched_switch tracepoint the probe attaches to."""
+    """A mounted tracefs whose sched_switch format lists prev_state's flags, as the probe needs."""
     for d in dirs:
-        if os.path.isdir(os.path.join(d, "events", "sched", "sched_switch")):
-            return Check("tracefs", True, f"{d} has the sched tracepoints")
+        path = os.path.join(d, "events", "sched", "sched_switch", "format")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                fmt = f.read()
+        except OSError:
+            continue
+        if state_masks(fmt) is None:
+            return Check(
+                "tracefs",
+                False,
+                f"{path} lists no prev_state flags",
+                "use a kernel whose sched_switch tracepoint prints prev_state flags",
+            )
+        return Check("tracefs", True, f"{d} has the sched_switch tracepoint")
     for d in dirs:
         if os.path.isdir(os.path.join(d, "events")):
             return Check(
@@ -249,18 +243,14 @@ def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float
     probe.open()
     try:
         attached = probe.wait_attached(timeout_s)
-        status = probe.status
+        failure = probe.failure
     finally:
         probe.close()
     took = time.monotonic() - started
     if attached:
         return Check(name, True, f"compiled and attached to sched:sched_switch in {took:.1f} s")
-    reason = str(status.reason or "did not attach")
-    fix = status.fix
-    # The probe's status is worded for the TUI's status line; the report has columns.
-    if fix and reason.endswith(f"; fix: {fix}"):
-        reason = reason[: -len(f"; fix: {fix}")]
-    reason = reason.removeprefix("eBPF probe off: ").removesuffix("; scheduler numbers from /proc")
+    reason = "did not attach" if failure is None else failure.reason
+    fix = None if failure is None else failure.fix
     if fix and "gputop doctor" in fix:
         # The reason quotes the compiler's first error; its causes have rows here.
         fix = "check the bcc, kernel headers and tracefs rows above"
@@ -369,10 +359,14 @@ def run_checks(try_probe: bool = True) -> list[Check]:
     ebpf = [check_bcc(), check_kernel_headers(), check_privileges(), check_tracefs()]
     if not try_probe:
         probe = Check("eBPF probe", False, "not tried (--no-bpf)")
-    elif all(c.ok for c in ebpf):
-        probe = check_ebpf_probe()
-    else:
+    elif not all(c.ok for c in ebpf):
         probe = Check("eBPF probe", False, "not tried: fix the eBPF checks above first")
+    else:
+        pre = preflight()
+        if isinstance(pre, Unavailable):
+            probe = Check("eBPF probe", False, f"not tried: {pre.reason}", pre.fix)
+        else:
+            probe = check_ebpf_probe()
     return [
         *check_nvml(),
         *ebpf,

@@ -14,6 +14,7 @@ from gputop.model.frame import (
     Frame,
     GpuSample,
     HostSample,
+    Preemptor,
     ProcessSample,
     Sources,
     SourceStatus,
@@ -77,6 +78,11 @@ def _threads(pid: int, i: int) -> tuple[ThreadSample, ...]:
     )
 
 
+_PREEMPTORS = (
+    Preemptor(5000, "job0", 48.0),
+    Preemptor(5007, "job1", 31.0),
+    Preemptor(5014, "job2", 21.0),
+)
 _HIST = (0,) * 10 + (3, 12, 40, 95, 160, 210, 180, 120, 70, 33, 14, 6, 2, 1) + (0,) * 8
 
 
@@ -103,6 +109,12 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
             longest_stall_ms=48.3,
             offcpu_hist=_HIST,
             gpu_sm_pct=12.0,
+            # The eBPF wait split: blocked 20-22% of the interval, mostly on its batches.
+            wait_input_pct=_wave(i, 10, 14.0, 18.0),
+            wait_irq_pct=4.0,
+            wait_thread_pct=0.5,
+            wait_other_pct=0.5,
+            preemptors=_PREEMPTORS,
             threads=_threads(STARVING_TRAINER_PID, i),
         )
     ]
@@ -121,6 +133,11 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
                 preempt_per_s=_wave(i + k, 7, 60.0, 90.0),
                 preempt_total=8000 + 70 * i,
                 vcsw_per_s=10.0,
+                wait_input_pct=0.0,
+                wait_irq_pct=1.0,
+                wait_thread_pct=2.0,
+                wait_other_pct=_wave(i + k, 7, 12.0, 14.0),
+                preemptors=_PREEMPTORS,
                 start_time=1010 + k,
                 user="alice",
             )
@@ -141,6 +158,11 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
             vcsw_per_s=200.0,
             gpus=(1,),
             gpu_mem_mib=8800,
+            wait_input_pct=0.5,
+            wait_irq_pct=_wave(i, 12, 3.0, 6.0),
+            wait_thread_pct=0.5,
+            wait_other_pct=0.0,
+            preemptors=(Preemptor(5000, "job0", 100.0),),
             start_time=2000,
             user="bob",
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from frames_fixture import (
     make_frame,
     make_frames,
 )
+from textual.pilot import Pilot
 
 from gputop.app import GputopApp, ReplayFeed
 from gputop.config import Config, load_config, parse_config
@@ -53,6 +53,16 @@ def pids(table: ProcessTable) -> list[int]:
 
 def status_text(app: GputopApp) -> str:
     return str(app.query_one(StatusLine).render())
+
+
+async def open_starving_trainer(app: GputopApp, pilot: Pilot[int]) -> ProcessScreen:
+    """Select the starving trainer and press Enter: its drill-down."""
+    await pilot.pause()
+    assert app.table.select_key(STARVING_KEY)
+    await pilot.press("enter")
+    await pilot.pause()
+    assert isinstance(app.screen, ProcessScreen)
+    return app.screen
 
 
 # ---- main screen ---------------------------------------------------------------
@@ -255,12 +265,7 @@ async def test_pause_freezes_the_display_while_history_keeps_growing() -> None:
 async def test_enter_opens_the_drilldown_and_escape_returns_with_selection_kept() -> None:
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ProcessScreen)
+        screen = await open_starving_trainer(app, pilot)
         assert screen.key == (STARVING_TRAINER_PID, 1000)
         threads = screen.query_one("#threads")
         assert threads.row_count == 4  # type: ignore[attr-defined]
@@ -279,11 +284,7 @@ async def test_drilldown_follows_new_frames() -> None:
     app = GputopApp(feed)
     async with app.run_test(size=(120, 40)) as pilot:
         feed.push(make_frame(0))
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ProcessScreen)
+        await open_starving_trainer(app, pilot)
         feed.push(make_frame(1))
         await pilot.pause()
         assert len(app.screen.history) == 2
@@ -379,11 +380,7 @@ async def test_k_in_the_drilldown_asks_the_app_to_kill_that_process(posted: Post
     app = GputopApp(feed)
     async with app.run_test(size=(120, 40), message_hook=posted) as pilot:
         feed.push(make_frame(0))
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ProcessScreen)
+        await open_starving_trainer(app, pilot)
         # The table's cursor moves away underneath; the drill-down still names its own process.
         app.table.action_jump(-1)
         await pilot.press("k")
@@ -414,13 +411,9 @@ async def test_view_changes_are_posted_and_shown_on_the_status_line(posted: Post
 async def test_scrubbing_refills_the_history_an_open_drilldown_holds() -> None:
     app = replay_app(10)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
         history = app.history
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, ProcessScreen) and screen.history is history
+        screen = await open_starving_trainer(app, pilot)
+        assert screen.history is history
         assert len(history) == 10
         app.action_scrub(-3)
         await pilot.pause()
@@ -441,12 +434,8 @@ async def test_markup_in_command_lines_and_thread_names_is_shown_verbatim() -> N
             for p in f.processes
         )
         feed.push(replace(f, processes=procs))
-        await pilot.pause()
-        app.table.select_key(STARVING_KEY)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, ProcessScreen)
-        assert evil in str(app.screen.query_one("#head").render())
+        screen = await open_starving_trainer(app, pilot)
+        assert evil in str(screen.query_one("#head").render())
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, KillScreen)
@@ -455,10 +444,6 @@ async def test_markup_in_command_lines_and_thread_names_is_shown_verbatim() -> N
 
 
 # ---- kill --------------------------------------------------------------------
-
-
-def _child() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
 def _frame_with(child: subprocess.Popen[bytes]) -> Frame:
@@ -486,85 +471,65 @@ def _frame_with(child: subprocess.Popen[bytes]) -> Frame:
 
 @pytest.mark.parametrize(("key", "expected"), [("t", -signal.SIGTERM), ("K", -signal.SIGKILL)])
 async def test_kill_confirmed_signals_the_real_child(
-    key: str, expected: int, posted: Posted
+    key: str, expected: int, posted: Posted, sleeper: subprocess.Popen[bytes]
 ) -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed)
-        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
-            feed.push(_frame_with(child))
-            await pilot.pause()
-            assert app.table.selected is not None and app.table.selected.pid == child.pid
-            await pilot.press("k")
-            assert isinstance(app.screen, KillScreen)
-            await pilot.press(key)
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            assert child.wait(timeout=10) == expected
-            [done] = posted.of(ProcessSignalled)
-            assert done.outcome.sent and done.outcome.pid == child.pid
-            assert f"to PID {child.pid}" in posted.notes()[-1]
-    finally:
-        child.kill()
-        child.wait()
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        feed.push(_frame_with(sleeper))
+        await pilot.pause()
+        assert app.table.selected is not None and app.table.selected.pid == sleeper.pid
+        await pilot.press("k")
+        assert isinstance(app.screen, KillScreen)
+        await pilot.press(key)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert sleeper.wait(timeout=10) == expected
+        [done] = posted.of(ProcessSignalled)
+        assert done.outcome.sent and done.outcome.pid == sleeper.pid
+        assert f"to PID {sleeper.pid}" in posted.notes()[-1]
 
 
-async def test_kill_cancelled_leaves_the_process_alone() -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed)
-        async with app.run_test(size=(80, 24)) as pilot:
-            feed.push(_frame_with(child))
-            await pilot.pause()
-            await pilot.press("k", "escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, KillScreen)
-            assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+async def test_kill_cancelled_leaves_the_process_alone(sleeper: subprocess.Popen[bytes]) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed.push(_frame_with(sleeper))
+        await pilot.pause()
+        await pilot.press("k", "escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, KillScreen)
+        assert sleeper.poll() is None
 
 
-async def test_kill_refuses_a_reused_pid(posted: Posted) -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed)
-        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
-            f = _frame_with(child)
-            stale = replace(f.processes[0], start_time=f.processes[0].start_time - 1)
-            feed.push(replace(f, processes=(stale, *f.processes[1:])))
-            await pilot.pause()
-            await pilot.press("k", "t")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            assert child.poll() is None
-            [done] = posted.of(ProcessSignalled)
-            assert not done.outcome.sent and "different process" in done.outcome.message
-    finally:
-        child.kill()
-        child.wait()
+async def test_kill_refuses_a_reused_pid(posted: Posted, sleeper: subprocess.Popen[bytes]) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        f = _frame_with(sleeper)
+        stale = replace(f.processes[0], start_time=f.processes[0].start_time - 1)
+        feed.push(replace(f, processes=(stale, *f.processes[1:])))
+        await pilot.pause()
+        await pilot.press("k", "t")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert sleeper.poll() is None
+        [done] = posted.of(ProcessSignalled)
+        assert not done.outcome.sent and "different process" in done.outcome.message
 
 
-async def test_readonly_refuses_to_kill(posted: Posted) -> None:
-    child = _child()
-    try:
-        feed = PushFeed()
-        app = GputopApp(feed, readonly=True)
-        async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
-            feed.push(_frame_with(child))
-            await pilot.pause()
-            await pilot.press("k")
-            await pilot.pause()
-            assert [m.process.pid for m in posted.of(KillRequested)] == [child.pid]
-            assert not isinstance(app.screen, KillScreen)
-            assert any("read-only" in n for n in posted.notes())
-            assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+async def test_readonly_refuses_to_kill(posted: Posted, sleeper: subprocess.Popen[bytes]) -> None:
+    feed = PushFeed()
+    app = GputopApp(feed, readonly=True)
+    async with app.run_test(size=(80, 24), message_hook=posted) as pilot:
+        feed.push(_frame_with(sleeper))
+        await pilot.pause()
+        await pilot.press("k")
+        await pilot.pause()
+        assert [m.process.pid for m in posted.of(KillRequested)] == [sleeper.pid]
+        assert not isinstance(app.screen, KillScreen)
+        assert any("read-only" in n for n in posted.notes())
+        assert sleeper.poll() is None
 
 
 # ---- config ------------------------------------------------------------------

@@ -67,4 +67,4 @@ def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(UsageError):
-        run_app(_args(replay=str(bad)), Options())
+        run_app(_args(replay=str(bad)), Options(), Config())

@@ -3,37 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, gputop_cmd, gputop_env, run_gputop
 
 from gputop import __version__
 from gputop.model.frame import Frame
 from tests.contract import check_frame
 from tests.procutil import HOG, kill_all, spawn_python
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def gputop(*args: str, env: dict[str, str] | None = None, timeout: float = 60):
-    e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "gputop", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=e,
-        cwd=ROOT,
-    )
-
 
 def test_record_writes_contract_frames_to_stdout():
     hog = spawn_python(HOG)
     try:
-        r = gputop("record", "--duration", "1", "--interval", "0.25", "--no-bpf")
+        r = run_gputop("record", "--duration", "1", "--interval", "0.25", "--no-bpf")
     finally:
         kill_all([hog])
     assert r.returncode == 0, r.stderr
@@ -51,26 +38,26 @@ def test_record_writes_contract_frames_to_stdout():
 
 def test_record_to_file(tmp_path):
     out = tmp_path / "frames.jsonl"
-    r = gputop("record", "--duration", "0.5", "--interval", "0.25", "-o", str(out), "--no-bpf")
+    r = run_gputop("record", "--duration", "0.5", "--interval", "0.25", "-o", str(out), "--no-bpf")
     assert r.returncode == 0 and r.stdout == ""
     for line in out.read_text().splitlines():
         check_frame(json.loads(line))
 
 
 def test_global_options_work_before_the_subcommand():
-    r = gputop("--interval", "0.2", "--no-bpf", "record", "--duration", "0.4")
+    r = run_gputop("--interval", "0.2", "--no-bpf", "record", "--duration", "0.4")
     assert r.returncode == 0, r.stderr
     frames = [json.loads(x) for x in r.stdout.splitlines()]
     assert frames and all(abs(f["interval"] - 0.2) < 0.15 for f in frames)
 
 
 def test_version():
-    r = gputop("--version")
+    r = run_gputop("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"gputop {__version__}"
 
 
 def test_help_lists_every_contract_command():
-    r = gputop("--help")
+    r = run_gputop("--help")
     assert r.returncode == 0
     for cmd in ("record", "snapshot", "demo", "doctor", "export", "--replay", "--demo", "--no-bpf"):
         assert cmd in r.stdout
@@ -91,7 +78,7 @@ def test_help_lists_every_contract_command():
     ],
 )
 def test_bad_arguments_give_one_line_and_exit_2(args):
-    r = gputop(*args)
+    r = run_gputop(*args)
     assert r.returncode == 2
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
@@ -101,13 +88,12 @@ def test_bad_arguments_give_one_line_and_exit_2(args):
 
 
 def test_record_stops_quietly_when_reader_goes_away():
-    e = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen(
-        f"{sys.executable} -m gputop record --interval 0.1 --no-bpf | head -n 2",
+        f"{shlex.join(gputop_cmd('record', '--interval', '0.1', '--no-bpf'))} | head -n 2",
         shell=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=e,
+        env=gputop_env(),
         cwd=ROOT,
         text=True,
     )
@@ -150,7 +136,7 @@ def test_import_linter_contract_holds():
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=gputop_env(),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "KEPT" in r.stdout
@@ -164,18 +150,20 @@ def _config(tmp_path: Path, text: str) -> dict[str, str]:
 
 def test_config_file_sets_interval_and_thresholds_and_the_command_line_wins(tmp_path, monkeypatch):
     from gputop.cli import build_parser, options_from
+    from gputop.config import load_config
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     _config(tmp_path, "interval = 2.0\n[thresholds]\nsm_low_pct = 30\n")
-    opts = options_from(build_parser().parse_args(["record"]))
+    config = load_config()
+    opts = options_from(build_parser().parse_args(["record"]), config)
     assert opts.interval_s == 2.0 and opts.thresholds.sm_low_pct == 30.0
-    opts = options_from(build_parser().parse_args(["--interval", "1", "record"]))
+    opts = options_from(build_parser().parse_args(["--interval", "1", "record"]), config)
     assert opts.interval_s == 1.0 and opts.thresholds.sm_low_pct == 30.0
 
 
 def test_headless_record_uses_the_config_interval(tmp_path):
     env = _config(tmp_path, "interval = 0.2\n")
-    r = gputop("record", "--duration", "0.6", "--no-bpf", env=env)
+    r = run_gputop("record", "--duration", "0.6", "--no-bpf", env=gputop_env(**env))
     assert r.returncode == 0, r.stderr
     frames = [json.loads(x) for x in r.stdout.splitlines()]
     assert len(frames) >= 2 and all(f["interval"] < 0.5 for f in frames)
@@ -187,6 +175,22 @@ def test_headless_record_uses_the_config_interval(tmp_path):
 def test_bad_config_is_one_line_and_exit_2_for_every_command(tmp_path, text):
     env = _config(tmp_path, text)
     for args in (["record", "--duration", "0.2"], ["snapshot", "--duration", "0.2"]):
-        r = gputop(*args, env=env)
+        r = run_gputop(*args, env=gputop_env(**env))
         assert r.returncode == 2, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_the_config_docstring_example_is_a_config_the_loader_accepts(tmp_path):
+    import textwrap
+
+    import gputop.config
+    from gputop.config import load_config
+    from gputop.model.diagnosis import Thresholds
+
+    doc = gputop.config.__doc__ or ""
+    example = textwrap.dedent(doc.split("Example::", 1)[1].split("\n\nA missing file", 1)[0])
+    path = tmp_path / "config.toml"
+    path.write_text(example)
+    config = load_config(path)
+    assert config.interval_s == 2.0 and config.keys["kill"] == "F9"
+    assert Thresholds.from_mapping(config.thresholds).sm_low_pct == 30.0

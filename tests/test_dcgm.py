@@ -108,8 +108,8 @@ def nvml(tmp_path: Path) -> Iterator[FakeNvml]:
             os.environ[k] = v
 
 
-def _source(url: str, **kw: float) -> DcgmFill:
-    src = DcgmFill(NvmlSource(), DcgmReader(url, interval_s=0.1, **kw))
+def _source(url: str, auto: bool = False, **kw: float) -> DcgmFill:
+    src = DcgmFill(NvmlSource(), DcgmReader(url, interval_s=0.1, **kw), auto=auto)
     src.open()
     return src
 
@@ -160,6 +160,7 @@ def test_dcgm_fills_sm_activity_where_gpm_is_missing_and_gpm_stays_first(
     src = _source(server.url)
     try:
         gpus = _until(src, lambda g: g[0].sm_active is not None and g[1].sm_active is not None)
+        reason = src.status.reason
     finally:
         src.close()
     a100, h100 = gpus
@@ -172,6 +173,7 @@ def test_dcgm_fills_sm_activity_where_gpm_is_missing_and_gpm_stays_first(
     assert a100.sm_source == "dcgm" and a100.util == 90.0
     assert (h100.sm_active, h100.sm_source) == (12.0, "gpm")  # not DCGM's 99
     assert server.hits >= 1
+    assert f"GPU 0: SM activity from dcgm-exporter at {server.url}" in (reason or "")
 
 
 def test_a_gpu_missing_from_the_page_stays_na_and_the_status_says_so(
@@ -208,11 +210,12 @@ def test_a_uuid_that_matches_no_gpu_is_not_used_and_is_named(
     assert "does not list" in reason
 
 
+@pytest.mark.parametrize("auto", [False, True], ids=["--dcgm", "auto-detected"])
 def test_a_stale_endpoint_drops_its_values_instead_of_showing_old_ones(
-    nvml: FakeNvml, server: DcgmServer
+    nvml: FakeNvml, server: DcgmServer, auto: bool
 ) -> None:
     server.page = dcgm_page({A100: {"DCGM_FI_PROF_SM_ACTIVE": 0.25}})
-    src = _source(server.url, stale_after_s=1.0, timeout_s=0.3)
+    src = _source(server.url, auto=auto, stale_after_s=1.0, timeout_s=0.3)
     try:
         _until(src, lambda g: g[0].sm_active == 25.0)
         server.hang_s = 5.0  # the exporter stops answering in time

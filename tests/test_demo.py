@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import run_gputop
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -127,12 +126,7 @@ def test_demo_list_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_record_with_unknown_demo_exits_2_with_one_line() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "gputop", "record", "--demo", "nope", "--duration", "1"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    r = run_gputop("record", "--demo", "nope", "--duration", "1", timeout=30)
     assert r.returncode == 2
     assert r.stdout == ""
     assert r.stderr.count("\n") == 1 and "unknown demo 'nope'" in r.stderr

@@ -7,11 +7,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
+from conftest import run_gputop, start_gputop
 
 from gputop.demo import SCENARIOS
 from gputop.demo.source import DemoGpuSource
@@ -20,22 +20,9 @@ TICKS_TO_VERDICT = 5
 
 
 def record(name: str, interval: float, duration: float) -> list[dict[str, Any]]:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gputop",
-            "record",
-            "--demo",
-            name,
-            "--interval",
-            str(interval),
-            "--duration",
-            str(duration),
-            "--no-bpf",
-        ],
-        capture_output=True,
-        text=True,
+    r = run_gputop(
+        *("record", "--demo", name, "--interval", str(interval), "--duration", str(duration)),
+        "--no-bpf",
         timeout=duration + 60,
     )
     assert r.returncode == 0, r.stderr
@@ -149,22 +136,8 @@ def survivors(procs: dict[int, int], wait_s: float = 5.0) -> list[int]:
 
 
 def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gputop",
-            "record",
-            "--demo",
-            name,
-            "--interval",
-            "0.3",
-            "--no-bpf",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return start_gputop(
+        *("record", "--demo", name, "--interval", "0.3", "--no-bpf", *extra),
         start_new_session=True,
     )
 

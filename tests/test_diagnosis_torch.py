@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_gputop
 
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
-
-ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN = """
 import os, signal, sys, torch
@@ -93,23 +92,9 @@ def test_torch_dataloader_loop_under_cpu_contention_is_busy_but_starving(tmp_pat
                 )
             ],
         )
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gputop",
-                "record",
-                "--no-bpf",
-                "--interval",
-                "0.5",
-                "--duration",
-                "4",
-            ],
-            cwd=ROOT,
+        out = run_gputop(
+            *("record", "--no-bpf", "--interval", "0.5", "--duration", "4"),
             env=fake.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
             check=True,
         )
     finally:

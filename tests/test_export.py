@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import start_gputop
 from prometheus_client import generate_latest
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,7 +36,6 @@ from gputop.model.frame import (
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
 from tests.torchjob import running_trainer
 
-ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
@@ -190,14 +190,7 @@ def test_bad_listen_addresses(text: str) -> None:
 
 
 def _run_export(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [PY, "-m", "gputop", "export", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    return start_gputop("export", *args, env=env)
 
 
 @contextlib.contextmanager

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_gputop
 
 from gputop.sources.pidns import INIT_PID_NS, HostPidMap, nspid, proc_shows_host_pids
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 
-ROOT = Path(__file__).resolve().parent.parent
 CHILD_NS = "pid:[4026532999]"
 
 
@@ -72,22 +70,11 @@ def test_record_in_a_new_pid_namespace_says_gpu_pids_are_not_visible(tmp_path: P
             )
         ],
     )
-    cmd = [
-        "unshare",
-        "--pid",
-        "--fork",
-        "--mount-proc",
-        sys.executable,
-        "-m",
-        "gputop",
-        "record",
-        "--no-bpf",
-        "--duration",
-        "0.5",
-        "--interval",
-        "0.2",
-    ]
-    out = subprocess.run(cmd, cwd=ROOT, env=fake.env(), capture_output=True, text=True, timeout=60)
+    out = run_gputop(
+        *("record", "--no-bpf", "--duration", "0.5", "--interval", "0.2"),
+        env=fake.env(),
+        prefix=("unshare", "--pid", "--fork", "--mount-proc"),
+    )
     if out.returncode != 0 and "unshare" in out.stderr:
         pytest.skip(f"unshare refused here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr

@@ -81,10 +81,13 @@ def test_tui_with_the_probe_stays_small_and_leaves_nothing_attached(how: str, tm
             _tmux("send-keys", "-t", session, "q")
         else:
             os.kill(pid, getattr(signal, how))
-        deadline = time.monotonic() + 15
+        # Generous: on this shared machine a loaded minute is not unusual.
+        deadline = time.monotonic() + 60
         while not process_gone(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert process_gone(pid), f"gputop still running after {how}"
+        assert process_gone(pid), f"gputop still running after {how}:\n" + _tmux(
+            "capture-pane", "-p", "-t", session
+        )
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
     assert not wait_gone(ids), f"programs left attached after {how}"

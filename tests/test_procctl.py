@@ -17,10 +17,6 @@ from gputop.procctl import PYSPY_INSTALL_HINT, find_pyspy, pyspy_dump, signal_pr
 from gputop.sources.procfs import parse_stat
 
 
-def _sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-
-
 def _start_time(pid: int) -> int:
     with open(f"/proc/{pid}/stat", "rb") as fh:
         st = parse_stat(fh.read())
@@ -28,36 +24,29 @@ def _start_time(pid: int) -> int:
     return st.start
 
 
-def test_signal_reaches_the_process_that_still_owns_the_pid() -> None:
-    child = _sleeper()
-    try:
-        outcome = signal_process(child.pid, _start_time(child.pid), signal.SIGTERM)
-        assert outcome.sent and outcome.message == f"sent SIGTERM to PID {child.pid}"
-        assert child.wait(timeout=10) == -signal.SIGTERM
-    finally:
-        child.kill()
-        child.wait()
+def test_signal_reaches_the_process_that_still_owns_the_pid(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    outcome = signal_process(sleeper.pid, _start_time(sleeper.pid), signal.SIGTERM)
+    assert outcome.sent and outcome.message == f"sent SIGTERM to PID {sleeper.pid}"
+    assert sleeper.wait(timeout=10) == -signal.SIGTERM
 
 
-def test_signal_is_refused_when_the_pid_belongs_to_another_start_time() -> None:
-    child = _sleeper()
-    try:
-        outcome = signal_process(child.pid, _start_time(child.pid) - 1, signal.SIGKILL)
-        assert not outcome.sent and "different process" in outcome.message
-        time.sleep(0.2)
-        assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+def test_signal_is_refused_when_the_pid_belongs_to_another_start_time(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    outcome = signal_process(sleeper.pid, _start_time(sleeper.pid) - 1, signal.SIGKILL)
+    assert not outcome.sent and "different process" in outcome.message
+    time.sleep(0.2)
+    assert sleeper.poll() is None
 
 
-def test_signal_to_an_exited_process_says_so() -> None:
-    child = _sleeper()
-    start = _start_time(child.pid)
-    child.kill()
-    child.wait()
-    outcome = signal_process(child.pid, start, signal.SIGTERM)
-    assert not outcome.sent and outcome.message == f"PID {child.pid} has already exited"
+def test_signal_to_an_exited_process_says_so(sleeper: subprocess.Popen[bytes]) -> None:
+    start = _start_time(sleeper.pid)
+    sleeper.kill()
+    sleeper.wait()
+    outcome = signal_process(sleeper.pid, start, signal.SIGTERM)
+    assert not outcome.sent and outcome.message == f"PID {sleeper.pid} has already exited"
 
 
 def test_pyspy_is_found_on_the_given_search_path_only(tmp_path: Path) -> None:

@@ -232,6 +232,25 @@ def test_real_prometheus_returns_data_for_every_documented_and_dashboard_query(
     assert starving[0]["value"][1] == "1"
 
 
+@needs_promtool
+@needs_prometheus
+def test_promtool_lints_only_the_dcgm_exporter_label_names(prometheus: tuple[str, str]) -> None:
+    """`promtool check metrics` on a real scrape: its only finding is the camelCase of
+    Hostname/UUID/modelName, dcgm-exporter's label names, kept so joins need no rewriting."""
+    _base, target = prometheus
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as r:
+        body = r.read()
+    assert PROMTOOL is not None
+    lint = subprocess.run(
+        [PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60
+    )
+    findings = [line for line in lint.stderr.decode().splitlines() if line.strip()]
+    assert findings, "the GPU series carry dcgm-exporter's camelCase labels"
+    for line in findings:
+        assert line.endswith("label names should be written in 'snake_case' not 'camelCase'")
+        assert line.split()[0].startswith(("gputop_gpu_", "gputop_verdict")), line
+
+
 @needs_prometheus
 def test_real_prometheus_evaluates_every_rule_without_error(
     prometheus: tuple[str, str],

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, gputop_env
+
 BIN = Path(sys.executable).parent
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT))
-    )
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=gputop_env())
 
 
 def test_ruff_lint_and_format_are_clean():

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+from conftest import run_gputop
 from frames_fixture import make_frames
 
 from gputop.app import GputopApp, ReplayFeed, _replay_feed
@@ -16,34 +13,21 @@ from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
 from gputop.widgets.banner import VerdictBanner
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
+async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
     """The banner's state and the whole screen as SVG, once the last frame is shown."""
-    out: list[str] = []
-
-    async def run() -> None:
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            out.append(app.query_one(VerdictBanner).state)
-            out.append(app.export_screenshot())
-
-    asyncio.run(run())
-    return out[0], out[1]
+    async with app.run_test(size=size) as pilot:
+        # Twice: the first pause lets the mount render, the second the refreshes it scheduled.
+        await pilot.pause()
+        await pilot.pause()
+        return app.query_one(VerdictBanner).state, app.export_screenshot()
 
 
-def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:
+async def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:
     jsonl = tmp_path / "frames.jsonl"
-    r = subprocess.run(
-        [
-            *(sys.executable, "-m", "gputop", "record", "--demo", "cpu-contention"),
-            *("--interval", "0.5", "--duration", "5", "--no-bpf", "-o", str(jsonl)),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    r = run_gputop(
+        *("record", "--demo", "cpu-contention"),
+        *("--interval", "0.5", "--duration", "5", "--no-bpf", "-o", str(jsonl)),
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
@@ -51,18 +35,20 @@ def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path)
     assert len(frames) >= 8
     assert frames[-1].verdicts and frames[-1].verdicts[0].state == "busy_but_starving"
 
-    direct = screen_of(GputopApp(ReplayFeed(frames)), (120, 40))
+    direct = await screen_of(GputopApp(ReplayFeed(frames)), (120, 40))
     path = write_bundle(frames, collect_meta([]), str(tmp_path), None, redact=False)
-    replayed = screen_of(GputopApp(_replay_feed(path)), (120, 40))
+    replayed = await screen_of(GputopApp(_replay_feed(path)), (120, 40))
     assert direct[0] == replayed[0] == "busy_but_starving"
     assert replayed[1] == direct[1]
     assert "BUSY BUT STARVING" in replayed[1].replace("&#160;", " ")
 
 
-def test_fixture_bundle_replay_matches_the_direct_render_at_both_sizes(tmp_path: Path) -> None:
+async def test_fixture_bundle_replay_matches_the_direct_render_at_both_sizes(
+    tmp_path: Path,
+) -> None:
     frames = make_frames()
     path = write_bundle(frames, {}, str(tmp_path), None, redact=True)
     for size in ((80, 24), (120, 40)):
-        direct = screen_of(GputopApp(ReplayFeed(frames)), size)
-        replayed = screen_of(GputopApp(_replay_feed(path)), size)
+        direct = await screen_of(GputopApp(ReplayFeed(frames)), size)
+        replayed = await screen_of(GputopApp(_replay_feed(path)), size)
         assert replayed == direct

@@ -10,17 +10,16 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ROOT, gputop_cmd, gputop_env
 
 from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
 
-ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
 BCC_WHY = find_bcc()[1]
 
@@ -31,23 +30,13 @@ needs_root_bcc = pytest.mark.skipif(
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root to change user or mounts")
 
 
-def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gputop", *args]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.update(extra)
-    return env
-
-
 def _frames(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
 def _record(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> list[dict[str, Any]]:
     r = subprocess.run(
-        argv, capture_output=True, text=True, timeout=60, env=env or _env(), cwd=ROOT, **kw
+        argv, capture_output=True, text=True, timeout=60, env=env or gputop_env(), cwd=ROOT, **kw
     )
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
@@ -63,7 +52,12 @@ def _record_until(
     (that is the point: it only uses idle CPU), so tests wait for it, not for a clock.
     """
     p = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or _env(), cwd=ROOT
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or gputop_env(),
+        cwd=ROOT,
     )
     frames: list[dict[str, Any]] = []
     try:
@@ -103,7 +97,7 @@ def _probe_settled(frame: dict[str, Any]) -> bool:
 @pytest.mark.root
 @needs_root_bcc
 def test_record_as_root_switches_to_bpf_after_compiling():
-    frames = _record_until(_cmd("record", "--interval", "0.5"), _probe_settled)
+    frames = _record_until(gputop_cmd("record", "--interval", "0.5"), _probe_settled)
     assert frames
     bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
     assert bpf, [f["sources"] for f in frames]
@@ -114,7 +108,7 @@ def test_record_as_root_switches_to_bpf_after_compiling():
 
 
 def test_no_bpf_forces_procfs():
-    frames = _record(_cmd("record", "--duration", "1", "--interval", "0.5", "--no-bpf"))
+    frames = _record(gputop_cmd("record", "--duration", "1", "--interval", "0.5", "--no-bpf"))
     assert frames
     for f in frames:
         assert f["sources"]["sched"] == "procfs"
@@ -148,7 +142,7 @@ def test_without_bcc_installed_falls_back_to_procfs_with_the_fix():
 def _record_hiding(*paths: str) -> list[dict[str, Any]]:
     """`gputop record` in a private mount namespace where these directories are empty."""
     mounts = " && ".join(f"mount -t tmpfs none {p}" for p in paths)
-    script = f"{mounts} && exec " + " ".join(_cmd("record", "--interval", "0.5"))
+    script = f"{mounts} && exec " + " ".join(gputop_cmd("record", "--interval", "0.5"))
     return _record_until(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script], _probe_settled
     )
@@ -179,9 +173,9 @@ def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
     (tmp_path / "include" / "linux").mkdir(parents=True)
     (tmp_path / "include" / "linux" / "kconfig.h").write_text("#error not a kernel tree\n")
     frames = _record_until(
-        _cmd("record", "--interval", "0.5"),
+        gputop_cmd("record", "--interval", "0.5"),
         _probe_settled,
-        env=_env(BCC_KERNEL_SOURCE=str(tmp_path)),
+        env=gputop_env(BCC_KERNEL_SOURCE=str(tmp_path)),
     )
     _procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
 
@@ -192,9 +186,9 @@ def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
     fake.mkdir()
     (fake / "__init__.py").write_text("VERSION = '0.0'\n")
     frames = _record_until(
-        _cmd("record", "--interval", "0.5"),
+        gputop_cmd("record", "--interval", "0.5"),
         _probe_settled,
-        env=_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"),
+        env=gputop_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"),
     )
     _procfs_with_note(frames, "not BPF Compiler Collection")
 
@@ -210,7 +204,7 @@ def test_without_bpf_capabilities_falls_back_to_procfs_with_the_fix():
             "setpriv",
             "--bounding-set=-all",
             "--",
-            *_cmd("record", "--duration", "1.5", "--interval", "0.5"),
+            *gputop_cmd("record", "--duration", "1.5", "--interval", "0.5"),
         ]
     )
     _procfs_with_note(frames, "needs root", "CAP_BPF", "fix: run gputop with sudo")
@@ -250,11 +244,11 @@ def _prog_ids(pid: int) -> set[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_detaches_the_probe_and_exits_cleanly(sig: signal.Signals):
     p = subprocess.Popen(
-        _cmd("record", "--interval", "0.3"),
+        gputop_cmd("record", "--interval", "0.3"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=gputop_env(),
         cwd=ROOT,
     )
     try:

@@ -6,12 +6,12 @@ import json
 import os
 import stat
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import PY, ROOT, run_gputop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,9 +41,6 @@ from gputop.snapshot import (
 from tests.contract import check_frame
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
 from tests.torchjob import running_trainer
-
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
 
 
 def _thread(tid: int, comm: str) -> ThreadSample:
@@ -440,13 +437,7 @@ def test_snapshot_command_writes_a_bundle_and_prints_its_path(tmp_path: Path) ->
     # Three CPU consumers; with --top 1 the TUI would show only one of them.
     burners = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(3)]
     try:
-        r = subprocess.run(
-            [PY, "-m", "gputop", "--top", "1", "snapshot", *_SNAP_ARGS, "-o", str(out)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        r = run_gputop("--top", "1", "snapshot", *_SNAP_ARGS, "-o", str(out))
     finally:
         for b in burners:
             b.kill()
@@ -481,25 +472,9 @@ def test_snapshot_with_fake_nvml_has_gpu_frames_driver_facts_and_the_gpu_process
             ],
         )
         out = tmp_path / "s.json"
-        r = subprocess.run(
-            [
-                PY,
-                "-m",
-                "gputop",
-                "snapshot",
-                "--duration",
-                "0.6",
-                "--interval",
-                "0.2",
-                "--no-bpf",
-                "-o",
-                str(out),
-            ],
-            cwd=ROOT,
+        r = run_gputop(
+            *("snapshot", "--duration", "0.6", "--interval", "0.2", "--no-bpf", "-o", str(out)),
             env=fake.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
         )
     finally:
         sleeper.terminate()
@@ -529,25 +504,9 @@ def test_snapshot_with_fake_nvml_has_gpu_frames_driver_facts_and_the_gpu_process
 
 def test_snapshot_of_a_starving_demo_carries_the_verdict_and_its_evidence(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    r = subprocess.run(
-        [
-            PY,
-            "-m",
-            "gputop",
-            "snapshot",
-            "--demo",
-            "cpu-contention",
-            "--duration",
-            "4",
-            "--interval",
-            "0.5",
-            "--no-bpf",
-            "-o",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    r = run_gputop(
+        *("snapshot", "--demo", "cpu-contention", "--duration", "4", "--interval", "0.5"),
+        *("--no-bpf", "-o", str(out)),
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
@@ -562,23 +521,8 @@ def test_snapshot_of_a_starving_demo_carries_the_verdict_and_its_evidence(tmp_pa
 
 
 def test_snapshot_command_reports_an_unwritable_output_in_one_line(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            PY,
-            "-m",
-            "gputop",
-            "snapshot",
-            "--duration",
-            "0.2",
-            "--interval",
-            "0.1",
-            "-o",
-            str(tmp_path / "x" / "y.json"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    r = run_gputop(
+        "snapshot", "--duration", "0.2", "--interval", "0.1", "-o", str(tmp_path / "x" / "y.json")
     )
     assert r.returncode == 2
     assert r.stderr.startswith("gputop: error: cannot write")
@@ -607,25 +551,9 @@ def test_snapshot_of_a_real_trainer_has_roles_torch_version_and_no_secrets(
 ) -> None:
     def snap(name: str, *extra: str) -> Path:
         out = tmp_path / name
-        r = subprocess.run(
-            [
-                PY,
-                "-m",
-                "gputop",
-                "snapshot",
-                "--duration",
-                "0.6",
-                "--interval",
-                "0.3",
-                "--no-bpf",
-                "-o",
-                str(out),
-                *extra,
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        r = run_gputop(
+            *("snapshot", "--duration", "0.6", "--interval", "0.3", "--no-bpf", "-o", str(out)),
+            *extra,
         )
         assert r.returncode == 0, r.stderr
         return out

@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_gputop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,8 +26,6 @@ from gputop.model.frame import (
     Verdict,
 )
 from gputop.snapshot import MAX_BYTES, MAX_FRAMES, MAX_LIST_ITEMS, Bundle, load_bundle, write_bundle
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _frames() -> list[Frame]:
@@ -355,14 +352,7 @@ def test_replay_of_a_bad_file_is_one_line_and_exit_2(
     else:
         with open(p, "wb") as f:
             f.truncate(MAX_BYTES + 1)
-    r = subprocess.run(
-        [sys.executable, "-m", "gputop", "--replay", str(p)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    r = run_gputop("--replay", str(p))
     assert r.returncode == 2
     assert r.stderr.startswith(f"gputop: error: {p}")
     assert r.stderr.count("\n") == 1

@@ -16,12 +16,13 @@ from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
 from gputop.messages import KillRequested, StackDumped
-from gputop.model.frame import ProcessSample
+from gputop.model.frame import Frame, ProcessSample
 from gputop.model.history import History
+from gputop.model.waits import wait_split
 from gputop.procctl import pyspy_dump
 
 CHARTS = (
-    ("offcpu_pct", "off-CPU %"),
+    ("split", "where the time goes %"),
     ("runq_pct", "run-queue %"),
     ("preempt_per_s", "preempt/s"),
 )
@@ -46,6 +47,51 @@ def histogram_lines(hist: Sequence[int], width: int = 30) -> list[str]:
         bar = "█" * max(1 if n else 0, round(width * n / peak))
         out.append(f"{'≥' + _dur(2**i):>8} {bar:<{width}} {n}")
     return out
+
+
+# plotext takes colour names, not theme variables: the chart and its key share these
+# (names both plotext and Rich know).
+SPLIT_COLOURS = {
+    "cpu": "green",
+    "runq": "red",
+    "input": "yellow",
+    "irq": "blue",
+    "other": "magenta",
+    "blocked": "blue",
+}
+
+
+def wait_key(p: ProcessSample) -> Text:
+    """The last interval's split, each part in its chart colour (the chart's key)."""
+    split = wait_split(p)
+    if split is None:
+        return Text("time split: not sampled yet")
+    t = Text("last interval: ")
+    for i, s in enumerate(split.segments):
+        if i:
+            t.append(", ")
+        t.append("■ ", style=SPLIT_COLOURS[s.key])
+        t.append(f"{s.label} {s.pct:.0f}%")
+    return t
+
+
+def wait_lines(p: ProcessSample) -> list[str]:
+    """The main thread's time split in the last interval, and who preempted it."""
+    split = wait_split(p)
+    if split is None:
+        return ["time split: not sampled yet"]
+    parts = ", ".join(f"{s.label} {s.pct:.0f}%" for s in split.segments)
+    lines = [f"last interval: {parts}"]
+    if not split.measured:
+        lines.append("what it waits on (input, GPU, ...) needs the eBPF probe")
+    if p.preemptors is None:
+        lines.append("preempted by: needs the eBPF probe")
+    elif not p.preemptors:
+        lines.append("preempted by: nobody this interval")
+    else:
+        lines.append("preempted by (share of its lost CPU time):")
+        lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {q.comm}" for q in p.preemptors)
+    return lines
 
 
 class ProcessScreen(Screen[None]):
@@ -91,6 +137,7 @@ class ProcessScreen(Screen[None]):
             yield table
             with VerticalScroll(id="side"):
                 yield Static(id="gpu")
+                yield Static(id="waits")
                 yield Static(id="hist")
                 yield Static(id="stack")
         yield Footer(compact=True)
@@ -154,6 +201,9 @@ class ProcessScreen(Screen[None]):
         frames = list(self.history.frames)
         now = frames[-1].t if frames else 0.0
         for metric, title in CHARTS:
+            if metric == "split":
+                self._split_chart(frames, now, title)
+                continue
             ys = self.history.proc_series(self.key, metric)
             ts = [f.t - now for f in frames[-len(ys) :]] if ys else []
             pts = [(x, y) for x, y in zip(ts, ys, strict=True) if y is not None]
@@ -168,6 +218,40 @@ class ProcessScreen(Screen[None]):
                 if metric != "preempt_per_s":
                     plt.ylim(0, 100)
             plot.refresh()
+
+    def _split_chart(self, frames: list[Frame], now: float, title: str) -> None:
+        """The main thread's time split over the window as stacked areas (on-CPU at the bottom).
+
+        Five lines with a legend would not fit a 5-row chart: the areas carry the
+        colours of the "last interval" key in the side panel instead.
+        """
+        xs: list[float] = []
+        splits = []
+        for f in frames:
+            p = next((q for q in f.processes if q.key == self.key), None)
+            split = None if p is None else wait_split(p)
+            if split is not None:
+                xs.append(f.t - now)
+                splits.append(split)
+        plot = self.query_one("#plot-split", PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        measured = bool(splits) and splits[-1].measured
+        plt.title(title if measured or not splits else "time split % (eBPF splits blocked)")
+        plt.xlabel("seconds ago")
+        if splits:
+            keys = [seg.key for seg in splits[-1].segments]
+            tops: list[list[float]] = []
+            acc = [0.0] * len(splits)
+            for key in keys:
+                acc = [a + (s.pct(key) or 0.0) for a, s in zip(acc, splits, strict=True)]
+                tops.append(acc)
+            # Tallest first: each lower area paints over the one above it.
+            for key, ys in reversed(list(zip(keys, tops, strict=True))):
+                plt.plot(xs, ys, fillx=True, marker="hd", color=SPLIT_COLOURS[key])
+            plt.ylim(0, 100)
+        plot.refresh()
 
     def _threads(self, p: ProcessSample) -> None:
         table = self.query_one("#threads", DataTable)
@@ -217,6 +301,11 @@ class ProcessScreen(Screen[None]):
         if p.longest_stall_ms is not None:
             lines.append(f"longest stall: {p.longest_stall_ms:.1f} ms")
         self.query_one("#hist", Static).update("\n".join(lines))
+        waits = wait_key(p)
+        rest = wait_lines(p)[1:]
+        if rest:
+            waits.append("\n" + "\n".join(rest))
+        self.query_one("#waits", Static).update(waits)
 
     def action_stack(self) -> None:
         """Dump the Python stack with py-spy in a worker thread."""

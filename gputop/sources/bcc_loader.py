@@ -25,7 +25,7 @@ def _is_real_bcc(mod: ModuleType) -> bool:
 
 
 def find_bcc() -> tuple[ModuleType | None, str | None]:
-    """(the bcc module, None) or (None, why it cannot be had, with the fix)."""
+    """(the bcc module, None) or (None, why it cannot be had); the fix is ``INSTALL_FIX``."""
     global _cached
     if _cached is not None:
         return _cached
@@ -45,7 +45,7 @@ def _find() -> tuple[ModuleType | None, str | None]:
     if mod is not None:
         if _is_real_bcc(mod):
             return mod, None
-        return None, f"the 'bcc' on sys.path is not BPF Compiler Collection; {INSTALL_FIX}"
+        return None, "the 'bcc' on sys.path is not BPF Compiler Collection"
     for d in DISTRO_DIRS:
         init = os.path.join(d, "bcc", "__init__.py")
         if not os.path.exists(init):
@@ -67,4 +67,4 @@ def _find() -> tuple[ModuleType | None, str | None]:
             del sys.modules["bcc"]
             return None, f"bcc found in {d} but failed to load: {exc!r}"
         return mod, None
-    return None, f"bcc (BPF Compiler Collection) is not installed; {INSTALL_FIX}"
+    return None, "bcc (BPF Compiler Collection) is not installed"

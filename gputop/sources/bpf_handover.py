@@ -78,17 +78,19 @@ class Handover:
         m = self.maps[name]
         return BpfMap(m.fd, name, key_type, leaf_type, m.key_desc, m.leaf_desc)
 
-    def open_maps(self, types: dict[str, tuple[Any, Any]]) -> dict[str, BpfMap]:
-        """Every map, with its (key, value) mirror from ``types``; each one checked.
+    def open_maps(self, types: dict[str, tuple[Any, Any] | None]) -> dict[str, BpfMap]:
+        """The maps gputop reads, each with its (key, value) mirror from ``types``, checked.
 
-        Raises ``LayoutMismatch`` when the program has a map ``types`` lacks or
-        the other way round, or when a mirror does not fit.
+        ``types`` names every map of the program; None marks one only the kernel
+        side uses (never opened here). Raises ``LayoutMismatch`` when the program
+        has a map ``types`` lacks or the other way round, or when a mirror does
+        not fit.
         """
         if set(types) != set(self.maps):
             raise LayoutMismatch(
-                f"the program's maps are {sorted(self.maps)}, gputop mirrors {sorted(types)}"
+                f"the program's maps are {sorted(self.maps)}, gputop knows {sorted(types)}"
             )
-        return {name: self.open_map(name, *kv) for name, kv in types.items()}
+        return {name: self.open_map(name, *kv) for name, kv in types.items() if kv is not None}
 
     def program_ids(self) -> dict[str, int]:
         """Program name -> the kernel's program id (as ``bpftool prog show`` lists it)."""

@@ -44,7 +44,7 @@ BPF_ANY = 0
 # Per-CPU map types hold one value per possible CPU: not supported by this reader.
 _PERCPU_TYPES = {5, 6, 10, 21}  # PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH, PERCPU_CGROUP_STORAGE
 _ENOTSUPP = 524  # the kernel's internal "not supported", seen by user space on old kernels
-_BATCH_ENTRIES = 4096
+_BATCH_ENTRIES = 1024  # per call; the widest values here (392 bytes) make a 400 KB buffer
 
 
 class BpfError(OSError):

@@ -8,6 +8,7 @@ worth of time gets nothing from pinning to 8. Read for the job's processes only
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TypedDict
 
@@ -48,8 +49,13 @@ def cpus_allowed(proc_root: str, pid: int) -> tuple[int, ...] | None:
     return None
 
 
+@functools.cache
 def _cgroup_mounts(proc_root: str) -> tuple[str | None, str | None]:
-    """Mount points of the cgroup v2 hierarchy and of the v1 ``cpu`` controller."""
+    """Mount points of the cgroup v2 hierarchy and of the v1 ``cpu`` controller.
+
+    Read once: cgroup hierarchies are mounted at boot, and this runs for every job
+    process on every tick.
+    """
     v2 = v1 = None
     try:
         with open(f"{proc_root}/self/mountinfo") as f:

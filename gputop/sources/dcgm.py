@@ -130,6 +130,12 @@ class DcgmReader:
         with self._lock:
             self._latest = _Latest(values, time.monotonic(), None)
 
+    @property
+    def answered(self) -> bool:
+        """Whether the exporter ever answered (a stale one did; an absent one never)."""
+        with self._lock:
+            return self._latest.at is not None
+
     def latest(self) -> tuple[dict[str, dict[str, float | None]], str | None]:
         """The newest values not older than ``stale_after_s``, and what is wrong, if anything."""
         with self._lock:
@@ -214,15 +220,23 @@ class DcgmFill:
     ) -> str | None:
         where = f"dcgm-exporter at {self.reader.url}"
         if problem is not None:
-            if self.auto:
+            if self.auto and not self.reader.answered:
                 return f"no {where} for SM activity (--dcgm URL names one)"
             return f"SM activity from {where} n/a: {problem}"
+        said = []
+        if filled:
+            # Overrides the GPU source's own "SM activity n/a" note for these GPUs.
+            said.append(
+                f"GPU {', '.join(str(i) for i in sorted(filled))}: SM activity from {where}"
+            )
         missing = [g for g in wanting if g.index not in filled]
-        if not missing:
-            return None
-        known = {g.uuid for g in gpus}
-        strangers = sorted(set(values) - known)
-        text = f"{where} has no SM activity for GPU {', '.join(str(g.index) for g in missing)}"
-        if strangers:
-            text += f" (it reports {', '.join(strangers)}, which this host's NVML does not list)"
-        return text
+        if missing:
+            known = {g.uuid for g in gpus}
+            strangers = sorted(set(values) - known)
+            text = f"{where} has no SM activity for GPU {', '.join(str(g.index) for g in missing)}"
+            if strangers:
+                text += (
+                    f" (it reports {', '.join(strangers)}, which this host's NVML does not list)"
+                )
+            said.append(text)
+        return "; ".join(said) or None

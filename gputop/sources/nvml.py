@@ -191,56 +191,20 @@ def _gpm_support(handle: Any) -> tuple[bool | None, str | None]:
 
 
 def probe_nvml() -> NvmlFacts:
-    """Initialise NVML, read versions and per-GPU facts, shut it down. Never raises."""
+    """Open NVML exactly as the source does, report what it found, shut it down. Never raises."""
+    src = NvmlSource()
     try:
-        return _probe()
+        src.open()
+        return src.facts
     except Exception as exc:  # noqa: BLE001 - doctor must always get an answer
         return NvmlFacts(ok=False, reason=f"NVML probe failed: {exc!r}", fix=None)
-
-
-def _probe() -> NvmlFacts:
-    if pynvml is None:
-        reason, fix = _init_failure(ImportError())
-        return NvmlFacts(ok=False, reason=reason, fix=fix)
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        reason, fix = _init_failure(exc)
-        return NvmlFacts(ok=False, reason=reason, fix=fix)
-    try:
-        driver = _optional(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
-        nvml_v = _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion()))
-        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
-        cuda_v = None if cuda is None else f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
-        gpus: list[GpuFacts] = []
-        count = int(pynvml.nvmlDeviceGetCount())
-        for i in range(count):
-            try:
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                uuid = _text(pynvml.nvmlDeviceGetUUID(h))
-                name = _text(pynvml.nvmlDeviceGetName(h))
-            except pynvml.NVMLError as exc:
-                gpus.append(GpuFacts(i, "", f"unreadable: {exc}", None, None))
-                continue
-            sup, why = _gpm_support(h)
-            gpus.append(GpuFacts(i, uuid, name, sup, why))
-        if not gpus:
-            return NvmlFacts(
-                ok=False,
-                reason="no NVIDIA GPU: NVML works but reports no GPU",
-                fix="check nvidia-smi; in a container, start it with --gpus all",
-                driver_version=driver,
-                nvml_version=nvml_v,
-                cuda_version=cuda_v,
-            )
-        return NvmlFacts(True, None, None, driver, nvml_v, cuda_v, tuple(gpus))
-    except pynvml.NVMLError as exc:
-        return NvmlFacts(ok=False, reason=f"NVML query failed: {exc}", fix="check nvidia-smi")
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
+        src.close()
+
+
+def _cuda_text(version: int) -> str:
+    """NVML's CUDA driver version number (12060) as CUDA writes it (12.6)."""
+    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 def _optional(fn: Callable[[], T]) -> T | None:
@@ -296,6 +260,8 @@ class NvmlSource:
         self._opened = False
         self._next_process_refresh = 0.0
         self._pids: HostPidMap | None = None
+        self._versions: tuple[str | None, str | None, str | None] = (None, None, None)
+        self._gpu_facts: list[GpuFacts] = []
 
     # ---- GpuSource -----------------------------------------------------------
 
@@ -334,6 +300,12 @@ class NvmlSource:
             self._status = SourceStatus("gpu", "nvml", False, reason, fix)
             return
         self._initialised = True
+        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        self._versions = (
+            _optional(lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
+            _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
+            None if cuda is None else _cuda_text(int(cuda)),
+        )
         try:
             count = int(pynvml.nvmlDeviceGetCount())
             for i in range(count):
@@ -341,7 +313,11 @@ class NvmlSource:
         except pynvml.NVMLError as exc:
             self.close()
             self._status = SourceStatus(
-                "gpu", "nvml", False, f"no NVIDIA GPU: NVML device query failed: {exc}"
+                "gpu",
+                "nvml",
+                False,
+                f"no NVIDIA GPU: NVML device query failed: {exc}",
+                "check that nvidia-smi works",
             )
             return
         if not self._order:
@@ -356,6 +332,15 @@ class NvmlSource:
             return
         self._pids = HostPidMap(self._proc_root)
         self._update_status()
+
+    @property
+    def facts(self) -> NvmlFacts:
+        """What open() found: whether NVML works, why not, versions, and every GPU it listed."""
+        versions = self._versions
+        if not self._order:
+            st = self._status
+            return NvmlFacts(False, st.reason, st.fix, *versions)
+        return NvmlFacts(True, None, None, *versions, tuple(self._gpu_facts))
 
     def read(self) -> GpuReading:
         """One tick: every GPU's sample, and the GPU processes (refreshed at a slower cadence)."""
@@ -400,14 +385,14 @@ class NvmlSource:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
             name = _text(pynvml.nvmlDeviceGetName(handle))
-        except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
-            self._note(f"lost:{index}", index, f"lost ({exc}), not monitored")
-            return
-        except pynvml.NVMLError_NoPermission:
-            self._note(f"perm:{index}", index, "no permission to query it, skipped")
-            return
         except pynvml.NVMLError as exc:
-            self._note(f"bad:{index}", index, f"unreadable ({exc}), skipped")
+            self._gpu_facts.append(GpuFacts(index, "", f"unreadable: {exc}", None, None))
+            if isinstance(exc, (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)):
+                self._note(f"lost:{index}", index, f"lost ({exc}), not monitored")
+            elif isinstance(exc, pynvml.NVMLError_NoPermission):
+                self._note(f"perm:{index}", index, "no permission to query it, skipped")
+            else:
+                self._note(f"bad:{index}", index, f"unreadable ({exc}), skipped")
             return
         if uuid in self._devices:
             self._note(
@@ -419,6 +404,7 @@ class NvmlSource:
             lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, _CLOCK_SM))
         )
         supported, why = _gpm_support(handle)
+        self._gpu_facts.append(GpuFacts(index, uuid, name, supported, why))
         if supported:
             dev.gpm = self._alloc_gpm(dev)
         else:

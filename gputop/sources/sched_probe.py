@@ -31,6 +31,7 @@ from typing import Any
 
 from gputop.model.frame import SourceStatus
 from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
+from gputop.sources.bcc_loader import INSTALL_FIX
 from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
 from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
 
@@ -40,6 +41,8 @@ HIST_SLOTS = 40
 # Where bcc looks for a tracepoint's layout, in its own order.
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 SWEEP_EVERY_READS = 10
+# The kernel's own headers (CONFIG_IKHEADERS), bcc's fallback.
+KHEADERS = "/sys/kernel/kheaders.tar.xz"
 
 _CAP_SYS_ADMIN = 21
 _CAP_PERFMON = 38
@@ -177,11 +180,12 @@ class IrqDepthT(ctypes.Structure):
     _fields_ = (("depth", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 15))
 
 
-# Every map of the program: name -> (key type, value type).
-MAP_TYPES: dict[str, tuple[Any, Any]] = {
+# Every map of the program: name -> (key type, value type), None for a map only
+# the kernel side uses.
+MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
     "threads": (ctypes.c_uint32, ThreadT),
     "groups": (ctypes.c_uint32, GroupT),
-    "exiting": (ctypes.c_uint32, ctypes.c_uint8),
+    "exiting": None,
     "epoch": (ctypes.c_int32, ctypes.c_uint32),
     "errors": (ctypes.c_int32, ctypes.c_uint64),
     "pipeline": (ctypes.c_uint32, ctypes.c_uint32),
@@ -244,8 +248,8 @@ def has_bpf_capabilities(status_text: str) -> bool:
     return bool(caps & (1 << _CAP_BPF)) and bool(caps & (1 << _CAP_PERFMON))
 
 
-def kernel_headers_present(release: str) -> bool:
-    """Whether bcc will find headers to compile against, by bcc's own test.
+def kernel_headers_present(release: str) -> str | None:
+    """Where bcc will find headers to compile against, by bcc's own test; None if nowhere.
 
     bcc looks for ``include/linux/kconfig.h`` under ``$BCC_KERNEL_SOURCE`` or
     ``/lib/modules/RELEASE/{build,source}``, then for the kernel's built-in
@@ -255,9 +259,10 @@ def kernel_headers_present(release: str) -> bool:
     src = os.environ.get("BCC_KERNEL_SOURCE")
     mod = f"/lib/modules/{release}"
     roots = [src] if src else [f"{mod}/build", f"{mod}/source"]
-    if any(os.path.isfile(f"{r}/include/linux/kconfig.h") for r in roots):
-        return True
-    return os.path.exists("/sys/kernel/kheaders.tar.xz")
+    found = next((r for r in roots if os.path.isfile(f"{r}/include/linux/kconfig.h")), None)
+    if found is None and os.path.exists(KHEADERS):
+        found = KHEADERS
+    return found
 
 
 def _read_text(path: str) -> str | None:
@@ -482,6 +487,8 @@ class BpfSchedProbe:
         self._reads = 0
         self.attach_s: float | None = None
         self.irq_tracepoints: tuple[str, ...] = ()
+        # Why the probe is off, as fields (status.reason is worded for the status line).
+        self.failure: Unavailable | None = None
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -527,6 +534,7 @@ class BpfSchedProbe:
             self._status = SourceStatus("sched", "bpf", False, "eBPF probe detached")
 
     def _fail(self, reason: str, fix: str | None) -> None:
+        self.failure = Unavailable(reason, fix)
         # The frame's notes carry only the reason, so the fix goes into it as well.
         text = f"eBPF probe off: {reason}; scheduler numbers from /proc"
         if fix:
@@ -573,8 +581,7 @@ class BpfSchedProbe:
             ho = receive(sp, timeout_s=120)
         except HandoverError as exc:
             if exc.unavailable:
-                # find_bcc's reason already names the package to install.
-                self._fail(exc.reason, None)
+                self._fail(exc.reason, INSTALL_FIX)
             else:
                 self._fail(
                     f"BPF program failed to load: {exc.reason}",

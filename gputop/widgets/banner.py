@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
-from gputop.model.frame import Verdict
+from gputop.model.frame import Verdict, VerdictState
 
 # Worst first: the banner shows the most urgent verdict any GPU has.
-SEVERITY = (
+SEVERITY: tuple[VerdictState, ...] = (
     "busy_but_starving",
     "input_bound",
     "throttled",
@@ -19,7 +19,7 @@ SEVERITY = (
     "idle",
     "ok",
 )
-TITLES = {
+TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
     "input_bound": "INPUT BOUND",
     "throttled": "THROTTLED",

@@ -1,0 +1,161 @@
+"""One time bar per trainer: where its main thread spent the last interval."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from rich.text import Text
+from textual.widgets import Static
+
+from gputop.model.frame import ProcessSample
+from gputop.model.waits import WaitSplit, wait_split
+
+# One glyph per segment as well as one colour, so the bar reads without colour (NO_COLOR).
+GLYPHS = {"cpu": "█", "runq": "▓", "input": "▒", "irq": "░", "other": "·", "blocked": "░"}
+SHORT = {
+    "cpu": "cpu",
+    "runq": "cpu-wait",
+    "input": "input",
+    "irq": "gpu/irq",
+    "other": "other",
+    "blocked": "blocked",
+}
+# Where the full names do not fit (below ~80 columns).
+COMPACT = {
+    "cpu": "cpu",
+    "runq": "wait",
+    "input": "in",
+    "irq": "gpu",
+    "other": "oth",
+    "blocked": "blk",
+}
+MAX_LINES = 3
+LABEL_W = 14
+COMPACT_LABEL_W = 8
+MIN_BAR_W = 10
+
+
+def bar_cells(split: WaitSplit, width: int) -> list[tuple[str, int]]:
+    """(segment key, cells) runs filling ``width`` cells, rounded so they sum exactly."""
+    total = sum(s.pct for s in split.segments) or 1.0
+    runs: list[tuple[str, int]] = []
+    acc = 0.0
+    used = 0
+    for s in split.segments:
+        acc += s.pct
+        end = round(width * acc / total)
+        if end > used:
+            runs.append((s.key, end - used))
+            used = end
+    return runs
+
+
+def legend(split: WaitSplit, names: dict[str, str] = SHORT) -> str:
+    """The numbers beside the bar: ``cpu 3 cpu-wait 10 input 32 gpu/irq 50 other 5``."""
+    return " ".join(f"{names[s.key]} {s.pct:.0f}" for s in split.segments)
+
+
+class TrainerWaitBars(Static):
+    """Per trainer: on-CPU | CPU wait | input wait | GPU/interrupt wait | other.
+
+    Under /proc alone (no eBPF) the blocked time cannot be split by what the
+    trainer waits on: the bar shows on-CPU | CPU wait | blocked and says so.
+    Hidden when the frame has no trainer.
+    """
+
+    DEFAULT_CSS = """
+    TrainerWaitBars {
+        height: auto;
+        max-height: 3;
+        padding: 0 1;
+        background: $surface;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    TrainerWaitBars > .wait-bars--label { color: $text-muted; }
+    TrainerWaitBars > .wait-bars--cpu { color: $text-success; }
+    TrainerWaitBars > .wait-bars--runq { color: $text-error; }
+    TrainerWaitBars > .wait-bars--input { color: $text-warning; }
+    TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
+    TrainerWaitBars > .wait-bars--other { color: $text-muted; }
+    TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
+    TrainerWaitBars > .wait-bars--note { color: $text-muted; text-style: italic; }
+    """
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "wait-bars--label",
+        "wait-bars--cpu",
+        "wait-bars--runq",
+        "wait-bars--input",
+        "wait-bars--irq",
+        "wait-bars--other",
+        "wait-bars--blocked",
+        "wait-bars--note",
+    }
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._rows: list[tuple[ProcessSample, WaitSplit]] = []
+        self.display = False
+
+    def show(self, processes: Sequence[ProcessSample]) -> None:
+        """Take the trainers of this frame (GPU holders first) and redraw."""
+        trainers = sorted(
+            (p for p in processes if p.role == "trainer"), key=lambda p: (not p.gpus, p.pid)
+        )
+        rows = []
+        for p in trainers:
+            split = wait_split(p)
+            if split is not None:
+                rows.append((p, split))
+        self._rows = rows
+        self.display = bool(rows)
+        self.update(self._text())
+
+    def on_resize(self) -> None:
+        self.update(self._text())
+
+    def _style(self, name: str) -> str:
+        return str(self.get_component_rich_style(f"wait-bars--{name}", partial=True))
+
+    def _text(self) -> Text:
+        out = Text(no_wrap=True, overflow="ellipsis")
+        width = max(40, self.content_size.width or 78)
+        shown = self._rows[:MAX_LINES]
+        more = len(self._rows) - len(shown)
+        notes = []
+        for i, (_p, split) in enumerate(shown):
+            note = "" if split.measured else " (split needs eBPF)"
+            if more and i == len(shown) - 1:
+                note += f" +{more} more"
+            notes.append(note)
+        names, label_w = SHORT, LABEL_W
+        widest = max(
+            (len(legend(sp) + n) for (_p, sp), n in zip(shown, notes, strict=True)), default=0
+        )
+        if LABEL_W + MIN_BAR_W + widest + 4 > width:
+            names, label_w = COMPACT, COMPACT_LABEL_W
+            notes = [n.replace(" (split needs eBPF)", " (no eBPF)") for n in notes]
+        # One bar width for every row, so the bars line up and compare.
+        widest = max(
+            (len(legend(sp, names) + n) for (_p, sp), n in zip(shown, notes, strict=True)),
+            default=0,
+        )
+        bar_w = max(MIN_BAR_W, width - label_w - widest - 4)
+        for i, ((p, split), note) in enumerate(zip(shown, notes, strict=True)):
+            if i:
+                out.append("\n")
+            label = f"{p.pid} {p.comm}"[:label_w].ljust(label_w)
+            out.append(label, style=self._style("label"))
+            out.append(" ▕")
+            for key, cells in bar_cells(split, bar_w):
+                out.append(GLYPHS[key] * cells, style=self._style(key))
+            out.append("▏ ")
+            for j, seg in enumerate(split.segments):
+                if j:
+                    out.append(" ")
+                out.append(f"{names[seg.key]} ", style=self._style("label"))
+                out.append(f"{seg.pct:.0f}", style=self._style(seg.key))
+            if note:
+                out.append(note, style=self._style("note"))
+        return out

@@ -1,0 +1,129 @@
+"""The per-trainer time bar on the main screen and the split in the drill-down."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from frames_fixture import STARVING_TRAINER_PID, make_frames
+
+from gputop.app import GputopApp, ReplayFeed
+from gputop.model.frame import Frame, ProcessSample
+from gputop.model.waits import wait_split
+from gputop.screens.process import ProcessScreen, wait_lines
+from gputop.widgets.wait_bars import TrainerWaitBars, bar_cells
+
+
+def _unmeasured(frames: list[Frame]) -> list[Frame]:
+    """The same frames as /proc alone would give them: no wait split, no preemptors."""
+
+    def strip(p: ProcessSample) -> ProcessSample:
+        return replace(
+            p,
+            wait_input_pct=None,
+            wait_thread_pct=None,
+            wait_irq_pct=None,
+            wait_other_pct=None,
+            preemptors=None,
+        )
+
+    return [replace(f, processes=tuple(strip(p) for p in f.processes)) for f in frames]
+
+
+async def _bar_text(frames: list[Frame], size: tuple[int, int]) -> str:
+    app = GputopApp(ReplayFeed(frames))
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        bars = app.query_one(TrainerWaitBars)
+        assert bars.display and bars.region.height >= 1
+        return str(bars.render())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_measured_bar_shows_the_five_parts_with_numbers_at_any_size(
+    size: tuple[int, int],
+) -> None:
+    text = await _bar_text(make_frames(20), size)
+    first = text.splitlines()[0]
+    last = make_frames(20)[-1]
+    trainer = next(p for p in last.processes if p.pid == STARVING_TRAINER_PID)
+    split = wait_split(trainer)
+    assert split is not None and split.measured
+    assert first.startswith(f"{STARVING_TRAINER_PID} python3")
+    for seg in split.segments:
+        key = {"cpu": "cpu", "runq": "cpu-wait", "input": "input", "irq": "gpu/irq"}.get(
+            seg.key, seg.key
+        )
+        assert f"{key} {seg.pct:.0f}" in first, first
+    assert len(first) <= size[0] - 2 and "▓" in first and "▒" in first
+    assert "eBPF" not in text
+
+
+async def test_bar_under_proc_shows_blocked_unsplit_and_says_the_split_needs_ebpf() -> None:
+    text = await _bar_text(_unmeasured(make_frames(20)), (80, 24))
+    first = text.splitlines()[0]
+    assert "blocked" in first and "input" not in first and "gpu/irq" not in first
+    assert "(split needs eBPF)" in first
+
+
+def test_bar_cells_fill_the_width_exactly_in_order() -> None:
+    frame = make_frames(5)[-1]
+    for p in frame.processes:
+        split = wait_split(p)
+        if split is None:
+            continue
+        for width in (10, 33, 57):
+            runs = bar_cells(split, width)
+            assert sum(n for _, n in runs) == width
+            keys = [k for k, _ in runs]
+            assert keys == [s.key for s in split.segments if s.key in keys]
+
+
+async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None:
+    app = GputopApp(ReplayFeed(make_frames(30)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.table.select_key(f"{STARVING_TRAINER_PID}:1000")
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, ProcessScreen)
+        waits = str(screen.query_one("#waits").render())
+        assert "preempted by (share of its lost CPU time):" in waits
+        assert "48%  pid 5000 job0" in waits and "31%  pid 5007 job1" in waits
+        assert waits.startswith("last interval: ■ on-CPU 50%, ■ CPU wait 28%, ■ input wait 15%")
+
+
+def test_wait_lines_under_proc_say_what_needs_ebpf() -> None:
+    p = next(q for q in _unmeasured(make_frames(3))[-1].processes if q.pid == STARVING_TRAINER_PID)
+    lines = wait_lines(p)
+    assert lines[0].startswith("last interval: on-CPU") and "blocked" in lines[0]
+    assert "what it waits on (input, GPU, ...) needs the eBPF probe" in lines
+    assert "preempted by: needs the eBPF probe" in lines
+
+
+def test_a_frame_carrying_earlier_blocked_time_is_scaled_into_its_blocked_share() -> None:
+    p = replace(
+        make_frames(1)[0].processes[0],
+        offcpu_pct=40.0,
+        runq_pct=10.0,
+        wait_input_pct=45.0,
+        wait_irq_pct=15.0,
+        wait_thread_pct=0.0,
+        wait_other_pct=0.0,
+    )
+    split = wait_split(p)
+    assert split is not None
+    assert [round(s.pct, 1) for s in split.segments] == [60.0, 10.0, 22.5, 7.5, 0.0]
+    still_asleep = replace(p, wait_input_pct=5.0, wait_irq_pct=0.0)
+    split = wait_split(still_asleep)
+    assert split is not None and split.pct("other") == 25.0
+
+
+async def test_narrow_terminal_uses_short_names_and_the_bars_line_up() -> None:
+    text = await _bar_text(make_frames(20), (60, 20))
+    rows = text.splitlines()
+    assert rows[0].startswith(f"{STARVING_TRAINER_PID} pyt")
+    assert " wait " in rows[0] and " in " in rows[0] and " oth " in rows[0]
+    assert all(len(r) <= 58 for r in rows)
+    assert len({r.index("▏") for r in rows}) == 1
