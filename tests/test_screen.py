@@ -340,7 +340,13 @@ async def test_table_and_drilldown_show_preemptions_since_watching_and_since_sta
         assert "PRE" in [c.label for c in visible_columns(118)]
         table.select_key(STARVING_KEY)
         await pilot.press("enter")
-        await pilot.pause()
+        # The drill-down fills its head once mounted; on a loaded machine that takes a few turns.
+        for _ in range(50):
+            await pilot.pause()
+            if isinstance(app.screen, ProcessScreen) and "since" in str(
+                app.screen.query_one("#head").render()
+            ):
+                break
         assert isinstance(app.screen, ProcessScreen)
         head = str(app.screen.query_one("#head").render())
         assert f"{since:,} since gputop began watching" in head
