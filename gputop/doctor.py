@@ -388,6 +388,7 @@ def _summary(checks: Sequence[Check]) -> list[str]:
         )
     else:
         lines.append("scheduler signals: CPU time only (no eBPF, no schedstat)")
+    lines.append(importlib.import_module("gputop.sources.sched_probe").FOOTPRINT)
     if ok.get("NVML library + driver", False):
         gpm = [c for c in checks if c.name.startswith("GPM")]
         starving = "full" if gpm and all(c.ok for c in gpm) else "GPU_UTIL and power only"

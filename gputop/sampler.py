@@ -11,17 +11,46 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
-from gputop.model.frame import Frame, GpuReading, HostSample, Sources, SourceStatus, Verdict
-from gputop.sources.base import GpuSource, NoGpuSource, ProbeReading, SchedProbe
+from gputop.model.frame import (
+    Frame,
+    GpuReading,
+    HostSample,
+    ProcessSample,
+    Sources,
+    SourceStatus,
+    Verdict,
+)
+from gputop.sources.base import GpuSource, GpuUse, NoGpuSource, ProbeReading, SchedProbe
 from gputop.sources.procfs import HostReading, ProcSource
 
 MIN_INTERVAL_S = 0.1
 # The first frame's rates cover at most this long, so the TUI shows data within a second.
 FIRST_FRAME_S = 0.5
+
+
+def input_pipeline(processes: Iterable[ProcessSample]) -> tuple[dict[int, int], set[int]]:
+    """(who feeds which trainer, whose preemptors to record) from this tick's roles.
+
+    A DataLoader worker process (by pid), a thread worker or pin-memory thread
+    (its row's pid is the thread id) -> its trainer's pid. Watched: trainers and
+    worker processes, the processes whose lost CPU time the diagnosis explains.
+    """
+    procs = list(processes)
+    tids_of = {p.pid: {t.tid for t in p.threads} for p in procs if p.role == "trainer"}
+    feeds: dict[int, int] = {}
+    watched: set[int] = set()
+    for p in procs:
+        if p.role in ("dataloader", "pin_memory") and p.trainer_pid is not None:
+            feeds[p.pid] = p.trainer_pid
+            if p.pid not in tids_of.get(p.trainer_pid, ()):
+                watched.add(p.pid)  # a worker process, not a thread of its trainer
+        elif p.role == "trainer":
+            watched.add(p.pid)
+    return feeds, watched
 
 
 class Diagnoser(Protocol):
@@ -133,13 +162,13 @@ class Sampler:
         now_m = time.monotonic()
         gpu_reading = self._read_gpu()
         probe_reading = self._read_probe()
-        gpu_of: dict[int, tuple[tuple[int, ...], int | None, float | None]] = {}
+        gpu_of: dict[int, GpuUse] = {}
         for gp in gpu_reading.processes:
-            idx, mem, sm = gpu_of.get(gp.pid, ((), None, None))
-            mem_sum = mem if gp.gpu_mem_mib is None else (mem or 0) + gp.gpu_mem_mib
-            sm_sum = sm if gp.sm_pct is None else (sm or 0.0) + gp.sm_pct
-            gpu_of[gp.pid] = ((*idx, gp.gpu_index), mem_sum, sm_sum)
+            use = gpu_of.get(gp.pid) or GpuUse()
+            gpu_of[gp.pid] = use.plus(gp.gpu_index, gp.gpu_mem_mib, gp.sm_pct)
         host = self._read_host(now_m, gpu_of, probe_reading)
+        if self.probe is not None:
+            self.probe.set_pipeline(*input_pipeline(host.processes))
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall
         self._last_wall = wall
@@ -181,7 +210,7 @@ class Sampler:
     def _read_host(
         self,
         now: float,
-        gpu_of: dict[int, tuple[tuple[int, ...], int | None, float | None]],
+        gpu_of: dict[int, GpuUse],
         probe: ProbeReading | None,
     ) -> HostReading:
         try:

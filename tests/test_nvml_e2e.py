@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +31,23 @@ def record(env: dict[str, str], *args: str, timeout_s: float = 60) -> list[dict[
     return frames
 
 
-def test_record_emits_nvml_values_end_to_end(tmp_path: Path) -> None:
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        fake = FakeNvml(
-            tmp_path,
-            [
-                FakeGpu(
-                    util=[97],
-                    sm_util=[12],
-                    power_w=[140],
-                    mem_used_mib=[62000],
-                    throttle=[SW_POWER_CAP],
-                    processes=[FakeProc(pid=sleeper.pid, mem_mib=60000, sm_pct=11)],
-                )
-            ],
-        )
-        frames = record(fake.env(), "--duration", "2", "--interval", "0.2")
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+def test_record_emits_nvml_values_end_to_end(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    fake = FakeNvml(
+        tmp_path,
+        [
+            FakeGpu(
+                util=[97],
+                sm_util=[12],
+                power_w=[140],
+                mem_used_mib=[62000],
+                throttle=[SW_POWER_CAP],
+                processes=[FakeProc(pid=sleeper.pid, mem_mib=60000, sm_pct=11)],
+            )
+        ],
+    )
+    frames = record(fake.env(), "--duration", "2", "--interval", "0.2")
     assert len(frames) >= 5
     last = frames[-1]
     assert last["sources"]["gpu"] == "nvml"
@@ -99,26 +95,23 @@ def test_record_with_eight_gpus(tmp_path: Path) -> None:
     assert any("GPU 5" in n and "lost" in n for n in last["sources"]["notes"])
 
 
-def test_old_driver_without_newer_symbols_uses_the_fallbacks(tmp_path: Path) -> None:
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        fake = FakeNvml(
-            tmp_path,
-            [
-                FakeGpu(
-                    arch=ARCH_AMPERE,
-                    util=[88],
-                    sm_util=[40],
-                    throttle=[SW_POWER_CAP],
-                    processes=[FakeProc(pid=sleeper.pid, mem_mib=3000, sm_pct=25)],
-                )
-            ],
-            old_driver=True,
-        )
-        frames = record(fake.env(), "--duration", "1", "--interval", "0.2")
-    finally:
-        sleeper.kill()
-        sleeper.wait()
+def test_old_driver_without_newer_symbols_uses_the_fallbacks(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    fake = FakeNvml(
+        tmp_path,
+        [
+            FakeGpu(
+                arch=ARCH_AMPERE,
+                util=[88],
+                sm_util=[40],
+                throttle=[SW_POWER_CAP],
+                processes=[FakeProc(pid=sleeper.pid, mem_mib=3000, sm_pct=25)],
+            )
+        ],
+        old_driver=True,
+    )
+    frames = record(fake.env(), "--duration", "1", "--interval", "0.2")
     last = frames[-1]
     (gpu,) = last["gpus"]
     assert gpu["util"] == 88.0 and gpu["sm_active"] is None

@@ -300,6 +300,31 @@ def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
         sampler.close()
 
 
+def _map(probe: BpfSchedProbe, name: str) -> dict[int, int]:
+    return {_key(k): _key(v) for k, v in probe._maps[name].items()}
+
+
+def _key(v: Any) -> int:
+    return v if isinstance(v, int) else int(v.value)
+
+
+def test_the_pipeline_reaches_the_kernel_maps_and_only_changes_are_written(
+    probe: BpfSchedProbe,
+):
+    probe.set_pipeline({901: 900, 902: 900}, {900, 901})
+    assert 901 not in _map(probe, "pipeline")  # stored; written by the next read
+    probe.read()  # the read writes what changed
+    assert _map(probe, "pipeline") == {901: 900, 902: 900}
+    assert set(_map(probe, "watched")) == {900, 901}
+    probe.set_pipeline({902: 900, 903: 900}, {900})
+    probe.read()
+    assert _map(probe, "pipeline") == {902: 900, 903: 900}
+    assert set(_map(probe, "watched")) == {900}
+    probe.set_pipeline({}, set())
+    probe.read()
+    assert _map(probe, "pipeline") == {} and _map(probe, "watched") == {}
+
+
 def test_close_during_compile_leaves_nothing_attached(probe: BpfSchedProbe):
     before = _bpf_fds()
     p = BpfSchedProbe()

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from gputop.sources.base import ProbeReading, TaskSched
+from gputop.model.frame import Preemptor
+from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
 from gputop.sources.procfs import ProcSource
 from tests.fakeproc import FakeProc, FakeProcTree, FakeThread
 
@@ -81,3 +82,87 @@ def test_probe_numbers_survive_a_proc_without_schedstat(tmp_path):
     assert got.runq_pct == pytest.approx(30.0)  # type: ignore[attr-defined]
     plain = _two_ticks(FakeProcTree(tmp_path / "proc2"), READING)
     assert plain[100].runq_pct == got.runq_pct  # type: ignore[attr-defined]
+
+
+def _trainer_tick(tmp_path, probe: ProbeReading):
+    """A trainer (pid 100) with one DataLoader worker (pid 200) and a stranger (pid 300)."""
+    tree = FakeProcTree(tmp_path / "proc")
+    procs = [
+        FakeProc(100, ticks=10),
+        FakeProc(200, comm="pt_data_worker", ppid=100, ticks=10),
+        FakeProc(300, comm="stress", ticks=10),
+    ]
+    for p in procs:
+        tree.write(p)
+    src = ProcSource(str(tree.root))
+    src.read(now=10.0)
+    for p in procs:
+        p.ticks += 50
+        for t in p.threads:
+            t.oncpu_ns += 100 * MS
+        tree.write(p)
+    return {s.pid: s for s in src.read(now=11.0, probe=probe).processes}
+
+
+SPLIT = ProbeReading(
+    dt_ns=1000 * MS,
+    per_tid={
+        100: TaskSched(
+            runq_ns=100 * MS,
+            blocked_ns=700 * MS,
+            oncpu_ns=200 * MS,
+            wait_input_ns=300 * MS,
+            wait_thread_ns=50 * MS,
+            wait_irq_ns=150 * MS,
+            wait_other_ns=150 * MS,
+            wait_pending_ns=50 * MS,
+            # 100 ms of "other" was the worker the probe did not know yet.
+            other_wakers=((200, 100 * MS), (300, 50 * MS)),
+        ),
+        200: TaskSched(runq_ns=500 * MS, oncpu_ns=500 * MS),
+    },
+    per_tgid={},
+    preemptors={
+        100: (PreemptorTime(300, 300 * MS, 30), PreemptorTime(999_999, 100 * MS, 5)),
+        200: (),
+    },
+)
+
+
+def test_the_wait_split_and_preemptors_reach_the_rows(tmp_path):
+    rows = _trainer_tick(tmp_path, SPLIT)
+    t = rows[100]
+    assert t.role == "trainer" and t.sched_source == "bpf"
+    # Wake-ups by the worker the probe learnt of only now move from other to input.
+    assert (t.wait_input_pct, t.wait_thread_pct, t.wait_irq_pct, t.wait_other_pct) == (
+        40.0,
+        5.0,
+        15.0,
+        5.0,
+    )
+    assert t.wait_pending_pct == 5.0 and t.blocked_pct == 70.0
+    assert t.preemptors == (
+        Preemptor(pid=300, comm="stress", share_pct=75.0),
+        Preemptor(pid=999_999, comm="?", share_pct=25.0),  # gone by the tick
+    )
+    # Watched through the interval and never waiting: measured, empty.
+    assert rows[200].preemptors == ()
+    # Not watched: not measured.
+    assert rows[300].preemptors is None and rows[300].wait_input_pct is None
+
+
+def test_without_the_probe_the_split_is_null_never_zero(tmp_path):
+    rows = _trainer_tick(tmp_path, None)  # type: ignore[arg-type]
+    for r in rows.values():
+        assert r.sched_source == "procfs"
+        assert r.preemptors is None
+        assert (r.wait_input_pct, r.wait_thread_pct, r.wait_irq_pct) == (None, None, None)
+        assert (r.wait_other_pct, r.wait_pending_pct) == (None, None)
+
+
+def test_a_main_thread_the_probe_saw_for_part_of_the_interval_keeps_proc_numbers(tmp_path):
+    # The probe leaves a thread out of the read in which it first saw it.
+    partial = ProbeReading(dt_ns=1000 * MS, per_tid={}, per_tgid={})
+    t = _trainer_tick(tmp_path, partial)[100]
+    assert t.sched_source == "procfs" and t.wait_input_pct is None
+    assert t.offcpu_pct == pytest.approx(90.0)  # /proc: 100 ms on CPU of 1 s

@@ -143,3 +143,47 @@ def test_headless_modules_never_import_textual() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_wait_split_round_trips_and_older_frames_without_it_load() -> None:
+    measured = copy.deepcopy(GOOD)
+    measured["processes"][0].update(
+        wait_input_pct=32.0,
+        wait_thread_pct=1.5,
+        wait_irq_pct=20.0,
+        wait_other_pct=0.0,
+        wait_pending_pct=4.0,
+        sched_source="bpf",
+        preemptors=[{"pid": 900, "comm": "stress", "share_pct": 71.0}],
+    )
+    f = Frame.from_dict(measured)
+    p = f.processes[0]
+    assert (p.wait_input_pct, p.wait_pending_pct, p.sched_source) == (32.0, 4.0, "bpf")
+    assert p.preemptors is not None and p.preemptors[0].comm == "stress"
+    assert Frame.from_dict(f.to_dict()) == f
+    # A frame written before these fields existed: every one of them is "not measured".
+    old = copy.deepcopy(GOOD)
+    for k in ("wait_input_pct", "wait_pending_pct", "sched_source", "preemptors"):
+        old["processes"][0].pop(k, None)
+    p = Frame.from_dict(old).processes[0]
+    assert (p.wait_input_pct, p.wait_pending_pct, p.sched_source, p.preemptors) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("wait_pending_pct", "4"),
+        ("sched_source", 1),
+        ("preemptors", [{"pid": "900", "comm": "stress", "share_pct": 71.0}]),
+    ],
+)
+def test_a_malformed_wait_field_is_refused(field: str, value: Any) -> None:
+    bad = copy.deepcopy(GOOD)
+    bad["processes"][0][field] = value
+    with pytest.raises(ValueError, match="malformed frame"):
+        Frame.from_dict(bad)

@@ -177,6 +177,16 @@ class ProcessSample:
     wait_irq_pct: float | None = None
     wait_other_pct: float | None = None
     preemptors: tuple[Preemptor, ...] | None = None
+    # Blocked with no known waker yet (still asleep at the end of the interval); eBPF only.
+    wait_pending_pct: float | None = None
+    # Where this row's scheduler numbers came from: "bpf" or "procfs" (None: not recorded).
+    sched_source: str | None = None
+    # Running totals of the main thread's blocked time by waker, ms (eBPF only): a
+    # window's exact split is the difference between its two edge frames.
+    wait_input_total_ms: float | None = None
+    wait_thread_total_ms: float | None = None
+    wait_irq_total_ms: float | None = None
+    wait_other_total_ms: float | None = None
     cpus_allowed: tuple[int, ...] | None = None
     """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
     cpu_quota: float | None = None

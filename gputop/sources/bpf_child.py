@@ -75,6 +75,23 @@ def _tables(bcc: Any, bpf: Any) -> list[tuple[str, int, Any, Any]]:
     return out
 
 
+def _attach_pairs(bpf: Any, pairs: list[list[str]]) -> None:
+    """Attach (entry, program, exit, program) tracepoint pairs; drop a pair the kernel refuses.
+
+    The exit first: an event in flight during the attach can then only miss its
+    entry, never leave an entry without its exit.
+    """
+    for entry_tp, entry_fn, exit_tp, exit_fn in pairs:
+        try:
+            bpf.attach_tracepoint(tp=exit_tp.encode(), fn_name=exit_fn.encode())
+        except Exception:  # noqa: BLE001 - refused by this kernel: skip the pair
+            continue
+        try:
+            bpf.attach_tracepoint(tp=entry_tp.encode(), fn_name=entry_fn.encode())
+        except Exception:  # noqa: BLE001
+            bpf.detach_tracepoint(tp=exit_tp.encode())
+
+
 def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], list[int]]:
     """(the message, the fds to send): a description of what is attached, or why not."""
     from gputop.sources.bcc_loader import find_bcc
@@ -89,6 +106,7 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
     except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     compile_s = time.monotonic() - started
+    _attach_pairs(bpf, json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")))
     fds: list[int] = []
     programs = []
     for name, fn in bpf.funcs.items():
@@ -120,7 +138,7 @@ def main(argv: list[str]) -> int:
     sock_fd, parent_pid, src, *cflags = argv
     if not _die_with_parent(int(parent_pid)):
         return 3
-    os.setpriority(os.PRIO_PROCESS, 0, NICE)
+    os.setpriority(os.PRIO_PROCESS, 0, int(os.environ.get("GPUTOP_BPF_NICE", NICE)))
     sock = socket.socket(fileno=int(sock_fd))
     msg, fds = compile_and_attach(src, cflags)
     socket.send_fds(sock, [json.dumps(msg).encode()], fds)

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -145,14 +146,27 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(here))
 
 
-def spawn(src_path: str, cflags: list[str]) -> Spawned:
-    """Start the compiler child; it begins compiling at once."""
+def spawn(
+    src_path: str,
+    cflags: list[str],
+    nice: int = 19,
+    attach_pairs: Sequence[tuple[str, str, str, str]] = (),
+) -> Spawned:
+    """Start the compiler child; it begins compiling at once.
+
+    ``nice``: the child's CPU priority. ``attach_pairs``: (entry tracepoint,
+    its program, exit tracepoint, its program) for functions that are not
+    ``TRACEPOINT_PROBE``s; the child attaches each pair it can (exit first) and
+    drops a pair the kernel refuses.
+    """
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # bcc and clang write warnings (and, when they find no headers, to stdout):
     # keep them off gputop's terminal and out of `record -o -`.
     log = tempfile.TemporaryFile(prefix="gputop-bpf-")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
+    env["GPUTOP_BPF_NICE"] = str(nice)
+    env["GPUTOP_BPF_ATTACH"] = json.dumps([list(p) for p in attach_pairs])
     try:
         proc = subprocess.Popen(
             [

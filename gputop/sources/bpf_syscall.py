@@ -292,6 +292,10 @@ class BpfMap:
         """Every key now."""
         return [k for k, _ in self.items()]
 
+    def values(self) -> list[Any]:
+        """Every value now."""
+        return [v for _, v in self.items()]
+
     def _items_batch(self) -> list[tuple[Any, Any]]:
         out: list[tuple[Any, Any]] = []
         n = min(max(1, self.max_entries), _BATCH_ENTRIES)

@@ -14,14 +14,23 @@ import heapq
 import os
 import pwd
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gputop.model.frame import HostSample, ProcessSample, Role, SourceStatus, ThreadSample
+from gputop.model.frame import (
+    HostSample,
+    Preemptor,
+    ProcessSample,
+    Role,
+    SourceStatus,
+    ThreadSample,
+)
 from gputop.model.roles import assign_roles, thread_role_from_comm
-from gputop.sources.base import ProbeReading, TaskSched
+from gputop.sources.base import GpuUse, ProbeReading, TaskSched
 from gputop.sources.cpulimits import NOT_READ, job_cpu_limits
 
 _PF_KTHREAD = 0x00200000
+# How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
+TRAINER_GRACE_S = 10.0
 _CMDLINE_MAX = 4096
 
 
@@ -120,6 +129,8 @@ class _ProcPrev:
     vcsw_total: int = 0
     detailed: bool = False
     user: str | None = None
+    # Main thread's "other process" wake-ups found to be its workers', ns so far.
+    moved_to_input_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,7 @@ class ProcSource:
         self._prev: dict[tuple[int, int], _ProcPrev] = {}
         self._cmdlines: dict[tuple[int, int], str] = {}
         self._users: dict[int, str] = {}
+        self._trainers: dict[tuple[int, int], float] = {}
         self._cpu_prev: list[tuple[int, int]] | None = None
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
@@ -247,13 +259,14 @@ class ProcSource:
         self,
         now: float,
         gpu_pids: Iterable[int] = (),
-        gpu_of: dict[int, tuple[tuple[int, ...], int | None, float | None]] | None = None,
+        gpu_of: dict[int, GpuUse] | None = None,
         probe: ProbeReading | None = None,
     ) -> HostReading:
         """One tick: the host, plus every process worth showing with its rates.
 
-        ``gpu_of`` maps pid to (GPU indices, GPU memory MiB, GPU SM %). ``probe``
-        overrides the /proc estimates of off-CPU and run-queue time when given.
+        ``gpu_of`` maps pid to what the GPU source saw of it. ``probe``
+        overrides the /proc estimates of off-CPU and run-queue time when given,
+        and adds what only it measures (the wait split, preemptors).
         """
         host = self.read_host()
         dt = None if self._last_t is None else max(1e-6, now - self._last_t)
@@ -289,6 +302,7 @@ class ProcSource:
             gpu_set,
             lambda p: self.cmdline(p, stats[p].start) if p in stats else "",
         )
+        self._keep_trainers(roles, stats, now)
         chosen = set(roles) | gpu_set
         # Once rates exist, idle processes are not "top CPU consumers": they would
         # only pad the table.
@@ -300,11 +314,22 @@ class ProcSource:
             )
         )
 
+        # This tick's workers of each trainer: the probe learns them a tick late.
+        feeders: dict[int, set[int]] = {}
+        for pid, (role, trainer) in roles.items():
+            if role == "dataloader" and trainer is not None:
+                feeders.setdefault(trainer, set()).add(pid)
         out: list[ProcessSample] = []
         for pid in chosen:
             st = stats[pid]
             role, trainer = roles.get(pid, ("other", None))
-            out.extend(self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe))
+            row = self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe)
+            if probe is not None and dt is not None:
+                prev = self._prev[(pid, st.start)]
+                row[0] = _with_probe(row[0], probe, feeders.get(pid, set()), prev)
+            out.extend(row)
+        if probe is not None:
+            out = [_with_preemptors(p, probe, stats) for p in out]
 
         # Forget processes that are gone; keep cheap per-process state for the rest.
         seen_keys = set()
@@ -323,6 +348,26 @@ class ProcSource:
         out.sort(key=lambda p: p.pid)
         return HostReading(host, tuple(out), len(stats))
 
+    def _keep_trainers(
+        self, roles: dict[int, tuple[Role, int | None]], stats: dict[int, _Stat], now: float
+    ) -> None:
+        """A trainer stays one for TRAINER_GRACE_S after its workers are gone.
+
+        Between two epochs without persistent_workers its old workers have
+        exited and the new ones are not named yet (spawned ones take seconds to
+        start); it is still the same training job, waiting for them.
+        """
+        for pid, (role, _) in roles.items():
+            if role == "trainer":
+                self._trainers[(pid, stats[pid].start)] = now
+        for key, seen in list(self._trainers.items()):
+            pid, start = key
+            st = stats.get(pid)
+            if st is None or st.start != start or now - seen > TRAINER_GRACE_S:
+                del self._trainers[key]
+            elif pid not in roles:
+                roles[pid] = ("trainer", pid)
+
     def _detail(
         self,
         st: _Stat,
@@ -330,7 +375,7 @@ class ProcSource:
         trainer: int | None,
         cpu: float,
         dt: float | None,
-        gpu: tuple[tuple[int, ...], int | None, float | None] | None,
+        gpu: GpuUse | None,
         probe: ProbeReading | None,
     ) -> list[ProcessSample]:
         """Per-thread reads for one shown process; returns it plus special threads."""
@@ -339,18 +384,56 @@ class ProcSource:
         if prev is None:
             prev = self._prev[key] = _ProcPrev(st.ticks)
         had_threads = prev.detailed
-        base = f"{self.root}/{st.pid}/task"
+        pass_ = self._read_threads(st.pid, prev, dt, probe)
+        if had_threads:
+            prev.preempt_total += pass_.d_invol
+            prev.vcsw_total += pass_.d_vol
+        else:
+            prev.preempt_total, prev.vcsw_total = pass_.tot_invol, pass_.tot_vol
+        prev.threads = pass_.new_prev
+        prev.detailed = True
+        per_s = 1.0 / dt if (dt is not None and had_threads) else 0.0
+        if pass_.special and role == "other":
+            role, trainer = "trainer", st.pid
+        if prev.user is None:
+            prev.user = self._user(st.pid)
+        gpu = gpu or GpuUse()
+        proc = ProcessSample(
+            pid=st.pid,
+            ppid=st.ppid,
+            comm=st.comm,
+            cmdline=self.cmdline(st.pid, st.start) or f"[{st.comm}]",
+            role=role,
+            trainer_pid=trainer,
+            cpu_pct=round(cpu, 2),
+            offcpu_pct=_r2(pass_.main.offcpu_pct) if pass_.main else None,
+            runq_pct=_r2(pass_.main.runq_pct) if pass_.main else None,
+            preempt_per_s=round(pass_.d_invol * per_s, 2),
+            preempt_total=prev.preempt_total,
+            vcsw_per_s=round(pass_.d_vol * per_s, 2),
+            gpus=gpu.indices,
+            gpu_mem_mib=gpu.mem_mib,
+            start_time=st.start,
+            user=prev.user,
+            nthreads=st.nthreads,
+            vcsw_total=prev.vcsw_total,
+            gpu_sm_pct=gpu.sm_pct,
+            sched_source="procfs" if dt is not None else None,
+            threads=tuple(pass_.threads),
+            **(NOT_READ if role == "other" else job_cpu_limits(self.root, st.pid)),
+        )
+        return [proc, *self._special_rows(proc, pass_, role, trainer)]
+
+    def _read_threads(
+        self, pid: int, prev: _ProcPrev, dt: float | None, probe: ProbeReading | None
+    ) -> _ThreadPass:
+        """One pass over the process's threads: samples, switch counts, new baselines."""
+        base = f"{self.root}/{pid}/task"
         try:
             tids = [int(t) for t in os.listdir(base)]
         except OSError:
             tids = []
-        threads: list[ThreadSample] = []
-        special: list[tuple[ThreadSample, Role]] = []
-        new_prev: dict[int, _ThreadPrev] = {}
-        d_vol = d_invol = 0
-        tot_vol = tot_invol = 0
-        main_off: float | None = None
-        main_runq: float | None = None
+        out = _ThreadPass()
         for tid in tids:
             ctx = parse_status_ctxt(_read(f"{base}/{tid}/status"))
             if ctx is None:
@@ -358,122 +441,157 @@ class ProcSource:
             tname, vol, invol = ctx
             ss = parse_schedstat(_read(f"{base}/{tid}/schedstat"))
             oncpu, delay = ss if ss is not None else (0, 0)
-            tot_vol += vol
-            tot_invol += invol
+            out.tot_vol += vol
+            out.tot_invol += invol
             tp = prev.threads.get(tid)
-            new_prev[tid] = _ThreadPrev(oncpu, delay, vol, invol)
+            out.new_prev[tid] = _ThreadPrev(oncpu, delay, vol, invol)
             t_cpu = t_off = t_runq = None
             t_pre = t_vcs = 0.0
             if tp is not None and dt is not None and invol >= tp.invol and vol >= tp.vol:
                 dv, di = vol - tp.vol, invol - tp.invol
-                d_vol += dv
-                d_invol += di
+                out.d_vol += dv
+                out.d_invol += di
                 t_pre, t_vcs = di / dt, dv / dt
                 if ss is not None and self._has_schedstat and oncpu >= tp.oncpu:
                     t_cpu = min(100.0, 100.0 * (oncpu - tp.oncpu) / 1e9 / dt)
                     t_off = max(0.0, 100.0 - t_cpu)
                     t_runq = min(100.0, 100.0 * (delay - tp.run_delay) / 1e9 / dt)
-            elif had_threads and dt is not None:
+            elif prev.detailed and dt is not None:
                 # Born during the interval: all its switches happened in it.
-                d_vol += vol
-                d_invol += invol
-            # The probe's numbers, where it saw this thread switch, replace the estimates.
+                out.d_vol += vol
+                out.d_invol += invol
+            # The probe's numbers, where it saw this thread for a whole interval,
+            # replace the estimates.
             pt = probe.per_tid.get(tid) if probe is not None and dt is not None else None
             if probe is not None and pt is not None:
                 pdt = probe.dt_ns or 1
                 t_off = min(100.0, 100.0 * (pt.runq_ns + pt.blocked_ns) / pdt)
                 t_runq = min(100.0, 100.0 * pt.runq_ns / pdt)
-            if tid == st.pid:  # the contract's off-CPU and run-queue share: the main thread's
-                main_off, main_runq = t_off, t_runq
             ts = ThreadSample(
                 tid=tid,
                 comm=tname,
                 cpu_pct=round(t_cpu or 0.0, 2),
-                offcpu_pct=None if t_off is None else round(t_off, 2),
-                runq_pct=None if t_runq is None else round(t_runq, 2),
+                offcpu_pct=_r2(t_off),
+                runq_pct=_r2(t_runq),
                 preempt_per_s=round(t_pre, 2),
                 vcsw_per_s=round(t_vcs, 2),
             )
-            threads.append(ts)
-            if tid != st.pid:
+            out.threads.append(ts)
+            if tid == pid:  # the contract's off-CPU and run-queue share: the main thread's
+                out.main = ts
+            else:
                 trole = thread_role_from_comm(tname)
                 if trole is not None:
-                    special.append((ts, trole))
-        if had_threads:
-            prev.preempt_total += d_invol
-            prev.vcsw_total += d_vol
-        else:
-            prev.preempt_total, prev.vcsw_total = tot_invol, tot_vol
-        prev.threads = new_prev
-        prev.detailed = True
-        per_s = 1.0 / dt if (dt is not None and had_threads) else 0.0
-        preempt_rate = d_invol * per_s
-        vcsw_rate = d_vol * per_s
-        blocked = longest = None
-        hist = None
-        if probe is not None and dt is not None:
-            pdt = probe.dt_ns or 1
-            m = probe.per_tid.get(st.pid)
-            if m is not None:
-                blocked = round(min(100.0, 100.0 * m.blocked_ns / pdt), 2)
-            g: TaskSched | None = probe.per_tgid.get(st.pid)
-            if g is not None:
-                preempt_rate = g.nivcsw * 1e9 / pdt
-                vcsw_rate = g.nvcsw * 1e9 / pdt
-                longest = round(g.longest_offcpu_ns / 1e6, 3)
-                hist = g.hist
-        if special and role == "other":
-            role, trainer = "trainer", st.pid
-        gpus, gmem, gsm = gpu if gpu is not None else ((), None, None)
-        cmd = self.cmdline(st.pid, st.start) or f"[{st.comm}]"
-        if prev.user is None:
-            prev.user = self._user(st.pid)
-        user = prev.user
-        proc = ProcessSample(
-            pid=st.pid,
-            ppid=st.ppid,
-            comm=st.comm,
-            cmdline=cmd,
-            role=role,
-            trainer_pid=trainer,
-            cpu_pct=round(cpu, 2),
-            offcpu_pct=None if main_off is None else round(main_off, 2),
-            runq_pct=None if main_runq is None else round(main_runq, 2),
-            preempt_per_s=round(preempt_rate, 2),
-            preempt_total=prev.preempt_total,
-            vcsw_per_s=round(vcsw_rate, 2),
-            gpus=gpus,
-            gpu_mem_mib=gmem,
-            start_time=st.start,
-            user=user,
-            nthreads=st.nthreads,
-            vcsw_total=prev.vcsw_total,
-            blocked_pct=blocked,
-            longest_stall_ms=longest,
-            offcpu_hist=hist,
-            gpu_sm_pct=gsm,
-            threads=tuple(threads),
-            **(NOT_READ if role == "other" else job_cpu_limits(self.root, st.pid)),
-        )
-        out = [proc]
-        for ts, trole in special:
-            out.append(
-                ProcessSample(
-                    pid=ts.tid,
-                    ppid=st.pid,
-                    comm=ts.comm,
-                    cmdline=f"[thread {ts.comm} of {st.pid}]",
-                    role=trole,
-                    trainer_pid=st.pid if role == "trainer" else trainer,
-                    cpu_pct=ts.cpu_pct,
-                    offcpu_pct=ts.offcpu_pct,
-                    runq_pct=ts.runq_pct,
-                    preempt_per_s=ts.preempt_per_s,
-                    preempt_total=new_prev[ts.tid].invol,
-                    vcsw_per_s=ts.vcsw_per_s,
-                    start_time=st.start,
-                    user=user,
-                    vcsw_total=new_prev[ts.tid].vol,
-                )
-            )
+                    out.special.append((ts, trole))
         return out
+
+    def _special_rows(
+        self, proc: ProcessSample, pass_: _ThreadPass, role: Role, trainer: int | None
+    ) -> list[ProcessSample]:
+        """A row of its own for each DataLoader or pin-memory thread of the process."""
+        return [
+            ProcessSample(
+                pid=ts.tid,
+                ppid=proc.pid,
+                comm=ts.comm,
+                cmdline=f"[thread {ts.comm} of {proc.pid}]",
+                role=trole,
+                trainer_pid=proc.pid if role == "trainer" else trainer,
+                cpu_pct=ts.cpu_pct,
+                offcpu_pct=ts.offcpu_pct,
+                runq_pct=ts.runq_pct,
+                preempt_per_s=ts.preempt_per_s,
+                preempt_total=pass_.new_prev[ts.tid].invol,
+                vcsw_per_s=ts.vcsw_per_s,
+                start_time=proc.start_time,
+                user=proc.user,
+                vcsw_total=pass_.new_prev[ts.tid].vol,
+                sched_source=proc.sched_source,
+            )
+            for ts, trole in pass_.special
+        ]
+
+
+@dataclass(slots=True)
+class _ThreadPass:
+    """What one pass over a process's threads found."""
+
+    threads: list[ThreadSample] = field(default_factory=list)
+    special: list[tuple[ThreadSample, Role]] = field(default_factory=list)
+    new_prev: dict[int, _ThreadPrev] = field(default_factory=dict)
+    d_vol: int = 0
+    d_invol: int = 0
+    tot_vol: int = 0
+    tot_invol: int = 0
+    main: ThreadSample | None = None
+
+
+def _r2(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
+def _pct(ns: int, dt_ns: int) -> float:
+    return round(min(100.0, 100.0 * ns / dt_ns), 2)
+
+
+def _with_probe(
+    proc: ProcessSample, probe: ProbeReading, feeders: set[int], prev: _ProcPrev
+) -> ProcessSample:
+    """The process with the probe's own measurements: main thread's wait split, rates, stalls.
+
+    ``feeders`` are the process's DataLoader workers as of this tick: wake-ups
+    by one the probe did not know yet (born since the last tick) move from
+    "other process" to "input".
+    """
+    pdt = probe.dt_ns or 1
+    changes: dict[str, object] = {}
+    m = probe.per_tid.get(proc.pid)
+    if m is not None and proc.threads and any(t.tid == proc.pid for t in proc.threads):
+        late = sum(ns for waker, ns in m.other_wakers if waker in feeders)
+        moved = min(late, m.wait_other_ns)
+        prev.moved_to_input_ns += moved
+        t_in, t_thread, t_irq, t_other = m.wait_totals_ns
+        changes.update(
+            wait_input_total_ms=round((t_in + prev.moved_to_input_ns) / 1e6, 3),
+            wait_thread_total_ms=round(t_thread / 1e6, 3),
+            wait_irq_total_ms=round(t_irq / 1e6, 3),
+            wait_other_total_ms=round(max(0, t_other - prev.moved_to_input_ns) / 1e6, 3),
+            blocked_pct=_pct(m.blocked_ns, pdt),
+            wait_input_pct=_pct(m.wait_input_ns + moved, pdt),
+            wait_thread_pct=_pct(m.wait_thread_ns, pdt),
+            wait_irq_pct=_pct(m.wait_irq_ns, pdt),
+            wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
+            wait_pending_pct=_pct(m.wait_pending_ns, pdt),
+            sched_source="bpf",
+        )
+    g: TaskSched | None = probe.per_tgid.get(proc.pid)
+    if g is not None:
+        changes.update(
+            preempt_per_s=round(g.nivcsw * 1e9 / pdt, 2),
+            vcsw_per_s=round(g.nvcsw * 1e9 / pdt, 2),
+            longest_stall_ms=round(g.longest_offcpu_ns / 1e6, 3),
+            offcpu_hist=g.hist,
+        )
+    return replace(proc, **changes) if changes else proc  # type: ignore[arg-type]
+
+
+MAX_PREEMPTORS = 5
+
+
+def _with_preemptors(
+    proc: ProcessSample, probe: ProbeReading, stats: dict[int, _Stat]
+) -> ProcessSample:
+    """A watched process with the top preemptors of its lost CPU time (share of that time)."""
+    got = probe.preemptors.get(proc.pid)
+    if got is None:
+        return proc
+    total = sum(p.ns for p in got)
+    top = tuple(
+        Preemptor(
+            pid=p.pid,
+            comm=stats[p.pid].comm if p.pid in stats else "?",
+            share_pct=round(100.0 * p.ns / total, 1),
+        )
+        for p in got[:MAX_PREEMPTORS]
+    )
+    return replace(proc, preemptors=top)

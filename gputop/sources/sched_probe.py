@@ -23,13 +23,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from gputop.model.frame import SourceStatus
-from gputop.sources.base import ProbeReading, TaskSched
+from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
 from gputop.sources.bcc_loader import INSTALL_FIX
 from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
 from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
@@ -47,7 +48,47 @@ _CAP_SYS_ADMIN = 21
 _CAP_PERFMON = 38
 _CAP_BPF = 39
 
-_ERROR_NAMES = ("thread map full", "process map full", "current was not the outgoing task")
+_ERROR_NAMES = (
+    "thread map full",
+    "process map full",
+    "current was not the outgoing task",
+    "preemptor map full",
+)
+# Bounds of the pipeline/watched maps (workers and pin threads of every trainer)
+# and of the (victim, preemptor) map.
+MAX_PIPELINE = 4096
+MAX_PREEMPT = 8192
+# What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
+FOOTPRINT = (
+    "eBPF probe footprint: tracepoints only (sched:sched_switch, sched_waking, sched_wakeup,"
+    " sched_process_exit; entry/exit of irq, softirq, timer and x86 irq_vectors to tell"
+    " interrupt context); no kprobes. Other tracers (perf, bcc tools, another gputop) keep"
+    " seeing every event: each program returns 1, which keeps the event."
+)
+# The status reason for the one tick between attaching and the first full
+# eBPF interval (it lands in that frame's sources.notes).
+ATTACHED_NOTE = "eBPF probe attached; its numbers start with the next full interval"
+# Nice value of the thread that compiles the program: the lowest CPU priority.
+COMPILE_NICE = 19
+# Interrupt entry/exit tracepoint pairs ({category}:{event}_entry/_exit) that
+# keep the per-CPU interrupt depth; each one this kernel has is attached.
+# irq_vectors:irq_work_* is left out: x86 refuses sampling perf events on it
+# (TRACE_EVENT_PERF_PERM), and the attempt prints an error from libbcc.
+IRQ_EVENT_PAIRS = (
+    ("irq", "irq_handler"),
+    ("irq", "softirq"),
+    ("timer", "hrtimer_expire"),
+    ("timer", "timer_expire"),
+    ("irq_vectors", "local_timer"),
+    ("irq_vectors", "call_function"),
+    ("irq_vectors", "call_function_single"),
+    ("irq_vectors", "reschedule"),
+    ("irq_vectors", "x86_platform_ipi"),
+    ("irq_vectors", "thermal_apic"),
+    ("irq_vectors", "error_apic"),
+    ("irq_vectors", "spurious_apic"),
+    ("ipi", "ipi"),
+)
 
 
 # ctypes mirrors of bpf/sched_probe.c's map types: change them together. Each is
@@ -72,6 +113,11 @@ class ThreadT(ctypes.Structure):
         ("longest_ep", ctypes.c_uint32 * 2),
         ("tgid", ctypes.c_uint32),
         ("runnable", ctypes.c_uint32),
+        ("wait_ns", ctypes.c_uint64 * 5),
+        ("wake_class", ctypes.c_uint32),
+        ("wait_slot", ctypes.c_uint32),
+        ("waker_tgid", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     )
 
 
@@ -91,6 +137,49 @@ class GroupT(ctypes.Structure):
     )
 
 
+class PreemptKeyT(ctypes.Structure):
+    """``struct preempt_key_t``: a watched process and one that ran while it waited."""
+
+    _fields_ = (("victim", ctypes.c_uint32), ("by", ctypes.c_uint32))
+
+
+class PreemptValT(ctypes.Structure):
+    """``struct preempt_val_t``."""
+
+    _fields_ = (("ns", ctypes.c_uint64), ("count", ctypes.c_uint64))
+
+
+class WokeKeyT(ctypes.Structure):
+    """``struct woke_key_t``: a watched thread and the process that woke it."""
+
+    _fields_ = (("tid", ctypes.c_uint32), ("waker", ctypes.c_uint32))
+
+
+class WokeValT(ctypes.Structure):
+    """``struct woke_val_t``."""
+
+    _fields_ = (("ns", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("pad", ctypes.c_uint32))
+
+
+WAIT_SLOTS = 4
+
+
+class WaitersT(ctypes.Structure):
+    """``struct waiters_t``: the watched threads waiting in one CPU's run queue."""
+
+    _fields_ = (
+        ("tid", ctypes.c_uint32 * WAIT_SLOTS),
+        ("tgid", ctypes.c_uint32 * WAIT_SLOTS),
+        ("since", ctypes.c_uint64 * WAIT_SLOTS),
+    )
+
+
+class IrqDepthT(ctypes.Structure):
+    """``struct irq_depth_t``: one CPU's interrupt nesting depth (on its own cache line)."""
+
+    _fields_ = (("depth", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 15))
+
+
 # Every map of the program: name -> (key type, value type), None for a map only
 # the kernel side uses.
 MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
@@ -99,7 +188,24 @@ MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
     "exiting": None,
     "epoch": (ctypes.c_int32, ctypes.c_uint32),
     "errors": (ctypes.c_int32, ctypes.c_uint64),
+    "pipeline": (ctypes.c_uint32, ctypes.c_uint32),
+    "watched": (ctypes.c_uint32, ctypes.c_uint8),
+    "preempt": (PreemptKeyT, PreemptValT),
+    "other_wakers": (WokeKeyT, WokeValT),
+    "cpu_waiters": (ctypes.c_int32, WaitersT),
+    "irq_depth": (ctypes.c_int32, IrqDepthT),
 }
+
+
+def possible_cpus() -> int:
+    """How many CPU ids this kernel can use (the highest possible CPU + 1)."""
+    text = _read_text("/sys/devices/system/cpu/possible")
+    if text:
+        try:
+            return int(re.split(r"[-,]", text.strip())[-1]) + 1
+        except ValueError:
+            pass
+    return os.cpu_count() or 1
 
 
 def bpf_source_path() -> str:
@@ -210,25 +316,47 @@ def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
     return masks
 
 
+# thread_t.wait_ns indices (WAKE_* in bpf/sched_probe.c).
+WAKE_NONE, WAKE_INPUT, WAKE_THREAD, WAKE_IRQ, WAKE_OTHER = range(5)
+_WAKE_FIELDS = (
+    "wait_unknown_ns",
+    "wait_input_ns",
+    "wait_thread_ns",
+    "wait_irq_ns",
+    "wait_other_ns",
+)
+_CUM_FIELDS = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed", *_WAKE_FIELDS)
+
+
 @dataclass(slots=True)
 class _Cum:
     """One thread's or group's running totals, as last credited."""
 
     tgid: int
-    runq_ns: int
-    blocked_ns: int
-    oncpu_ns: int
-    nivcsw: int
-    nvcsw: int
+    runq_ns: int = 0
+    blocked_ns: int = 0
+    oncpu_ns: int = 0
+    nivcsw: int = 0
+    nvcsw: int = 0
     missed: int = 0
+    # Blocked time by waker class, threads only (a group's stay 0).
+    wait_unknown_ns: int = 0
+    wait_input_ns: int = 0
+    wait_thread_ns: int = 0
+    wait_irq_ns: int = 0
+    wait_other_ns: int = 0
 
     def add(self, other: _Cum) -> None:
-        self.runq_ns += other.runq_ns
-        self.blocked_ns += other.blocked_ns
-        self.oncpu_ns += other.oncpu_ns
-        self.nivcsw += other.nivcsw
-        self.nvcsw += other.nvcsw
-        self.missed += other.missed
+        for f in _CUM_FIELDS:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A blocked stretch that had no waker yet at a read, and how much of it was reported."""
+
+    out_ts: int
+    credited_ns: int
 
 
 def _delta(cur: _Cum, prev: _Cum | None) -> tuple[_Cum, _Cum]:
@@ -240,14 +368,68 @@ def _delta(cur: _Cum, prev: _Cum | None) -> tuple[_Cum, _Cum]:
     """
     if prev is None or prev.tgid != cur.tgid or cur.nivcsw + cur.nvcsw < prev.nivcsw + prev.nvcsw:
         return cur, cur
-    fields = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed")
-    d = _Cum(cur.tgid, 0, 0, 0, 0, 0)
-    base = _Cum(cur.tgid, 0, 0, 0, 0, 0)
-    for f in fields:
+    d = _Cum(cur.tgid)
+    base = _Cum(cur.tgid)
+    for f in _CUM_FIELDS:
         c, p = getattr(cur, f), getattr(prev, f)
         setattr(d, f, max(0, c - p))
         setattr(base, f, max(c, p))
     return d, base
+
+
+def _thread_totals(t: Any, now: int) -> tuple[_Cum, _Pending | None]:
+    """A thread's totals with the stretch in progress credited up to ``now``.
+
+    The stretch is split the way the probe will split it when it ends, except
+    for a blocked stretch nobody has woken yet: its waker is unknown, so it is
+    returned as pending instead of being put in a class.
+    """
+    wait = [int(x) for x in t.wait_ns]
+    cur = _Cum(
+        int(t.tgid),
+        int(t.runq_ns),
+        int(t.blocked_ns),
+        int(t.oncpu_ns),
+        int(t.nivcsw),
+        int(t.nvcsw),
+        int(t.missed),
+    )
+    pending = None
+    out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
+    if out_ts and now > out_ts:
+        if t.runnable:
+            cur.runq_ns += now - out_ts
+        else:
+            blocked = now - out_ts
+            if out_ts < wake_ts < now:
+                blocked = wake_ts - out_ts
+                cur.runq_ns += now - wake_ts
+            cur.blocked_ns += blocked
+            cls = int(t.wake_class)
+            if cls == WAKE_NONE and wake_ts == 0:
+                pending = _Pending(out_ts, blocked)
+            else:
+                wait[min(cls, WAKE_OTHER)] += blocked
+    elif in_ts and now > in_ts:
+        cur.oncpu_ns += now - in_ts
+    for f, v in zip(_WAKE_FIELDS, wait, strict=True):
+        setattr(cur, f, v)
+    return cur, pending
+
+
+def _new_pending(prev: _Pending | None, now_pending: _Pending | None, unknown_ns: int) -> int:
+    """Blocked time of this interval whose waker is not known at its end.
+
+    Time reported as pending is not taken back: when the waker becomes known
+    the whole stretch lands in that waker's class in the interval where that
+    happens (so sums over a window are exact). Includes blocked time whose
+    waking the probe never saw (``unknown_ns``).
+    """
+    if now_pending is None:
+        return unknown_ns
+    if prev is not None and prev.out_ts == now_pending.out_ts:
+        return max(0, now_pending.credited_ns - prev.credited_ns) + unknown_ns
+    return now_pending.credited_ns + unknown_ns
 
 
 def _as_int(v: Any) -> int:
@@ -265,6 +447,8 @@ class BpfSchedProbe:
 
     ``max_threads`` and ``max_tgids`` bound the kernel maps; when one is full
     the probe counts the failed insert, and ``status.reason`` says so.
+    ``compile_nice`` is the nice value of the compiling thread (19: the compile
+    only gets CPU the watched job leaves over).
     """
 
     def __init__(
@@ -272,10 +456,12 @@ class BpfSchedProbe:
         max_threads: int = MAX_THREADS,
         max_tgids: int = MAX_TGIDS,
         proc_root: str = "/proc",
+        compile_nice: int = COMPILE_NICE,
     ) -> None:
         self.max_threads = max_threads
         self.max_tgids = max_tgids
         self.proc_root = proc_root
+        self.compile_nice = compile_nice
         self._lock = threading.Lock()
         self._status = SourceStatus("sched", "bpf", False, "eBPF probe not started")
         self._handover: Handover | None = None
@@ -285,12 +471,22 @@ class BpfSchedProbe:
         self._closed = False
         self._epoch = 0
         self._last_ns: int | None = None
+        self._primed = False
         self._prev_tid: dict[int, _Cum] = {}
         self._prev_tgid: dict[int, _Cum] = {}
         self._prev_hist: dict[int, tuple[int, ...]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._prev_preempt: dict[tuple[int, int], tuple[int, int]] = {}
+        self._prev_woke: dict[tuple[int, int], int] = {}
+        # What user space asked for, and what is in the kernel maps.
+        self._want_feeds: dict[int, int] = {}
+        self._want_watched: set[int] = set()
+        self._feeds: dict[int, int] = {}
+        self._watched: set[int] = set()
         self._errors_seen = 0
         self._reads = 0
         self.attach_s: float | None = None
+        self.irq_tracepoints: tuple[str, ...] = ()
         # Why the probe is off, as fields (status.reason is worded for the status line).
         self.failure: Unavailable | None = None
 
@@ -351,6 +547,9 @@ class BpfSchedProbe:
             f"-DMAX_THREADS={self.max_threads}",
             f"-DMAX_TGIDS={self.max_tgids}",
             f"-DHIST_SLOTS={HIST_SLOTS}",
+            f"-DMAX_PIPELINE={MAX_PIPELINE}",
+            f"-DMAX_PREEMPT={MAX_PREEMPT}",
+            f"-DMAX_CPUS={possible_cpus()}",
             f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
             f"-DDEAD_MASK={masks[1]:#x}",
         ]
@@ -366,7 +565,15 @@ class BpfSchedProbe:
             if self._closed:
                 return
             try:
-                sp = self._spawned = spawn(bpf_source_path(), cflags)
+                sp = self._spawned = spawn(
+                    bpf_source_path(),
+                    cflags,
+                    nice=self.compile_nice,
+                    attach_pairs=[
+                        (f"{c}:{e}_entry", "on_irq_entry", f"{c}:{e}_exit", "on_irq_exit")
+                        for c, e in self._irq_pairs()
+                    ],
+                )
             except OSError as exc:
                 self._fail(f"cannot start the compiler process: {exc}", None)
                 return
@@ -396,14 +603,62 @@ class BpfSchedProbe:
                 return
             self._handover = ho
             self._maps = maps
+            self.irq_tracepoints = tuple(
+                a.removeprefix("tracepoint:").removesuffix("_entry")
+                for a in ho.attachments
+                if a.endswith("_entry")
+                and a.startswith("tracepoint:")
+                and not a.startswith("tracepoint:sched:")
+            )
             self._last_ns = time.monotonic_ns()
             self.attach_s = time.monotonic() - started
             self._status = SourceStatus("sched", "bpf", True, None)
+
+    def _irq_pairs(self) -> list[tuple[str, str]]:
+        """The interrupt entry/exit tracepoint pairs this kernel has (IRQ_EVENT_PAIRS)."""
+        tracefs = next((d for d in TRACEFS_DIRS if os.path.isdir(f"{d}/events")), None)
+        if tracefs is None:
+            return []
+        return [
+            (c, e)
+            for c, e in IRQ_EVENT_PAIRS
+            if os.path.isdir(f"{tracefs}/events/{c}/{e}_entry")
+            and os.path.isdir(f"{tracefs}/events/{c}/{e}_exit")
+        ]
 
     def program_fds(self) -> dict[str, int]:
         """Name -> file descriptor of each attached BPF program (for bpf_stats in bench/)."""
         ho = self._handover
         return dict(ho.programs) if ho is not None else {}
+
+    # ---- the input pipeline ---------------------------------------------------
+
+    def set_pipeline(self, feeds: Mapping[int, int], watched: Collection[int]) -> None:
+        """Who feeds which trainer, and whose preemptors to record (see ``SchedProbe``).
+
+        Only stored here; the next read writes the changes into the kernel maps.
+        """
+        self._want_feeds = dict(feeds)
+        self._want_watched = set(watched)
+
+    def _sync_pipeline(self, maps: dict[str, BpfMap]) -> None:
+        """Write only what changed since the last sync into the pipeline and watched maps."""
+        table = maps["pipeline"]
+        for k in [k for k in self._feeds if k not in self._want_feeds]:
+            with suppress(KeyError):
+                del table[table.Key(k)]
+            del self._feeds[k]
+        for k, v in self._want_feeds.items():
+            if self._feeds.get(k) != v:
+                table[table.Key(k)] = table.Leaf(v)
+                self._feeds[k] = v
+        table = maps["watched"]
+        for k in self._watched - self._want_watched:
+            with suppress(KeyError):
+                del table[table.Key(k)]
+        for k in self._want_watched - self._watched:
+            table[table.Key(k)] = table.Leaf(1)
+        self._watched = set(self._want_watched)
 
     # ---- reading --------------------------------------------------------------
 
@@ -417,45 +672,115 @@ class BpfSchedProbe:
         return tids, tgids
 
     def read(self) -> ProbeReading | None:
-        """Deltas since the previous read (the first one: since attach); None until attached."""
+        """Deltas since the previous read; None until attached and for the first read.
+
+        The first read after attaching only takes the baselines: its window
+        would start at the attach, part-way through an interval, before the
+        probe had seen any thread switch. A thread or process seen for the
+        first time is likewise left out of that read (its window is partial);
+        the sampler keeps /proc's numbers for it.
+        """
         maps = self._maps
         if not maps or self._last_ns is None:
             return None
+        ended, now, dt_ns = self._flip_epoch(maps)
+        watched_before = self._watched & self._want_watched
+        threads = maps["threads"].items()
+        groups = maps["groups"].items()
+        woke = self._woke_totals(maps, threads, now)
+        per_tid, group_cum = self._thread_deltas(threads, now, ended, woke)
+        per_tgid = self._group_deltas(groups, group_cum, ended)
+        preemptors = self._preemptor_deltas(maps, watched_before)
+        self._free_stale_waiters(maps, self._prev_tid.keys())
+        new_errors = self._check_errors(maps)
+        self._sync_pipeline(maps)
+        self._reads += 1
+        if self._reads % SWEEP_EVERY_READS == 0:
+            self.sweep(list(self._prev_tgid), list(self._prev_tid))
+        if not self._primed:
+            self._primed = True
+            if not self._errors_seen:
+                self._status = SourceStatus("sched", "bpf", True, ATTACHED_NOTE)
+            return None
+        if self._status.reason == ATTACHED_NOTE:
+            self._status = SourceStatus("sched", "bpf", True, None)
+        return ProbeReading(
+            dt_ns=dt_ns,
+            per_tgid=per_tgid,
+            per_tid=per_tid,
+            map_errors=new_errors,
+            preemptors=preemptors,
+        )
+
+    def _flip_epoch(self, maps: dict[str, BpfMap]) -> tuple[int, int, int]:
+        """Start the next epoch; (the epoch that ended, now in ns, the interval in ns)."""
         epoch_map = maps["epoch"]
         ended = self._epoch
         self._epoch = (ended + 1) & 0xFFFFFFFF
         epoch_map[epoch_map.Key(0)] = epoch_map.Leaf(self._epoch)
         now = time.monotonic_ns()
+        assert self._last_ns is not None
         dt_ns = max(1, now - self._last_ns)
         self._last_ns = now
+        return ended, now, dt_ns
 
-        threads = maps["threads"].items()
-        groups = maps["groups"].items()
-        errors = sum(_as_int(v) for _, v in maps["errors"].items())
+    def _woke_totals(
+        self, maps: dict[str, BpfMap], threads: list[tuple[Any, Any]], now: int
+    ) -> dict[int, dict[int, int]]:
+        """Watched thread -> waking process -> blocked ns so far (WAKE_OTHER only).
 
+        Stretches woken but not yet ended are credited up to now, as in
+        ``_thread_totals``. Entries of threads no longer watched are freed.
+        """
+        table = maps["other_wakers"]
+        out: dict[int, dict[int, int]] = {}
+        stale = []
+        for k, v in table.items():
+            if int(v.tgid) not in self._want_watched:
+                stale.append(k)
+                continue
+            out.setdefault(int(k.tid), {})[int(k.waker)] = int(v.ns)
+        for k in stale:
+            with suppress(KeyError):
+                del table[k]
+        for k, t in threads:
+            waker = int(t.waker_tgid)
+            out_ts, wake_ts = int(t.out_ts), int(t.wake_ts)
+            if waker and out_ts and not t.runnable and int(t.wake_class) == WAKE_OTHER:
+                end = wake_ts if out_ts < wake_ts < now else now
+                d = out.setdefault(_as_int(k), {})
+                d[waker] = d.get(waker, 0) + max(0, end - out_ts)
+        return out
+
+    def _woke_deltas(self, tid: int, totals: dict[int, int]) -> tuple[tuple[int, int], ...]:
+        """This interval's (waking process, ns) for one thread, most first."""
+        out = []
+        for waker, ns in totals.items():
+            prev = self._prev_woke.get((tid, waker), 0)
+            if ns > prev:
+                out.append((waker, ns - prev))
+        return tuple(sorted(out, key=lambda x: -x[1]))
+
+    def _thread_deltas(
+        self, threads: list[tuple[Any, Any]], now: int, ended: int, woke: dict[int, dict[int, int]]
+    ) -> tuple[dict[int, TaskSched], dict[int, _Cum]]:
+        """Per-thread deltas (threads seen at the previous read only), and each group's totals."""
         per_tid: dict[int, TaskSched] = {}
         group_cum: dict[int, _Cum] = {}
-        new_prev_tid: dict[int, _Cum] = {}
+        new_prev: dict[int, _Cum] = {}
+        new_pending: dict[int, _Pending] = {}
         for k, t in threads:
             tid = _as_int(k)
-            runq, blocked, oncpu = int(t.runq_ns), int(t.blocked_ns), int(t.oncpu_ns)
-            out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
-            # Credit the stretch in progress up to now, split the way the probe will.
-            if out_ts and now > out_ts:
-                if t.runnable:
-                    runq += now - out_ts
-                elif out_ts < wake_ts < now:
-                    blocked += wake_ts - out_ts
-                    runq += now - wake_ts
-                else:
-                    blocked += now - out_ts
-            elif in_ts and now > in_ts:
-                oncpu += now - in_ts
-            cur = _Cum(
-                int(t.tgid), runq, blocked, oncpu, int(t.nivcsw), int(t.nvcsw), int(t.missed)
-            )
-            d, base = _delta(cur, self._prev_tid.get(tid))
-            new_prev_tid[tid] = base
+            cur, pending = _thread_totals(t, now)
+            prev = self._prev_tid.get(tid)
+            d, new_prev[tid] = _delta(cur, prev)
+            if pending is not None:
+                new_pending[tid] = pending
+            group_cum.setdefault(cur.tgid, _Cum(cur.tgid)).add(cur)
+            if prev is None or prev.tgid != cur.tgid:
+                continue  # first sighting: this window is partial
+            wait_pending = _new_pending(self._pending.get(tid), pending, d.wait_unknown_ns)
+            wakers = self._woke_deltas(tid, woke.get(tid, {}))
             per_tid[tid] = TaskSched(
                 runq_ns=d.runq_ns,
                 blocked_ns=d.blocked_ns,
@@ -464,22 +789,41 @@ class BpfSchedProbe:
                 nvcsw=d.nvcsw,
                 longest_offcpu_ns=_longest(t.longest_ns, t.longest_ep, ended),
                 missed_switches=d.missed,
+                wait_input_ns=d.wait_input_ns,
+                wait_thread_ns=d.wait_thread_ns,
+                wait_irq_ns=d.wait_irq_ns,
+                wait_other_ns=d.wait_other_ns,
+                wait_pending_ns=wait_pending,
+                other_wakers=wakers,
+                wait_totals_ns=(
+                    new_prev[tid].wait_input_ns,
+                    new_prev[tid].wait_thread_ns,
+                    new_prev[tid].wait_irq_ns,
+                    new_prev[tid].wait_other_ns,
+                ),
             )
-            g = group_cum.get(cur.tgid)
-            if g is None:
-                group_cum[cur.tgid] = _Cum(cur.tgid, 0, 0, 0, 0, 0)
-                group_cum[cur.tgid].add(cur)
-            else:
-                g.add(cur)
-        self._prev_tid = new_prev_tid
+        self._prev_tid = new_prev
+        self._pending = new_pending
+        # The higher of the two, as in _delta: a read that caught a store half-done
+        # must not make the next interval count that time again.
+        self._prev_woke = {
+            (tid, w): max(ns, self._prev_woke.get((tid, w), 0))
+            for tid, by in woke.items()
+            for w, ns in by.items()
+        }
+        return per_tid, group_cum
 
+    def _group_deltas(
+        self, groups: list[tuple[Any, Any]], group_cum: dict[int, _Cum], ended: int
+    ) -> dict[int, TaskSched]:
+        """Per-process deltas: live threads' totals plus those folded in from exited ones."""
         per_tgid: dict[int, TaskSched] = {}
-        new_prev_tgid: dict[int, _Cum] = {}
+        new_prev: dict[int, _Cum] = {}
         new_prev_hist: dict[int, tuple[int, ...]] = {}
         group_rows = {_as_int(k): g for k, g in groups}
         for tgid in set(group_cum) | set(group_rows):
             row = group_rows.get(tgid)
-            cur = group_cum.get(tgid) or _Cum(tgid, 0, 0, 0, 0, 0)
+            cur = group_cum.get(tgid) or _Cum(tgid)
             longest = 0
             hist_d: tuple[int, ...] | None = None
             if row is not None:
@@ -497,14 +841,13 @@ class BpfSchedProbe:
                 longest = _longest(row.longest_ns, row.longest_ep, ended)
                 hist = tuple(int(x) for x in row.hist)
                 ph = self._prev_hist.get(tgid)
-                hist_d = (
-                    hist
-                    if ph is None
-                    else tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
-                )
+                if ph is not None:
+                    hist_d = tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
                 new_prev_hist[tgid] = hist if ph is None else tuple(map(max, hist, ph))
-            d, base = _delta(cur, self._prev_tgid.get(tgid))
-            new_prev_tgid[tgid] = base
+            prev = self._prev_tgid.get(tgid)
+            d, new_prev[tgid] = _delta(cur, prev)
+            if prev is None:
+                continue  # first sighting: this window is partial
             per_tgid[tgid] = TaskSched(
                 runq_ns=d.runq_ns,
                 blocked_ns=d.blocked_ns,
@@ -515,9 +858,60 @@ class BpfSchedProbe:
                 hist=hist_d,
                 missed_switches=d.missed,
             )
-        self._prev_tgid = new_prev_tgid
+        self._prev_tgid = new_prev
         self._prev_hist = new_prev_hist
+        return per_tgid
 
+    def _preemptor_deltas(
+        self, maps: dict[str, BpfMap], watched: set[int]
+    ) -> dict[int, tuple[PreemptorTime, ...]]:
+        """Who preempted each process watched through the whole interval, most time first.
+
+        Entries of processes no longer watched are freed so the map stays small.
+        """
+        table = maps["preempt"]
+        cur: dict[tuple[int, int], tuple[int, int]] = {}
+        stale = []
+        for k, v in table.items():
+            key = (int(k.victim), int(k.by))
+            if key[0] not in self._want_watched:
+                stale.append(k)
+                continue
+            cur[key] = (int(v.ns), int(v.count))
+        for k in stale:
+            with suppress(KeyError):
+                del table[k]
+        out: dict[int, list[PreemptorTime]] = {v: [] for v in watched}
+        for key, (ns, count) in cur.items():
+            if key[0] not in out:
+                continue
+            p_ns, p_count = self._prev_preempt.get(key, (0, 0))
+            if ns > p_ns:
+                out[key[0]].append(PreemptorTime(key[1], ns - p_ns, max(0, count - p_count)))
+        self._prev_preempt = cur
+        return {v: tuple(sorted(lst, key=lambda p: -p.ns)) for v, lst in out.items()}
+
+    def _free_stale_waiters(self, maps: dict[str, BpfMap], live_tids: Collection[int]) -> None:
+        """Free run-queue waiter slots of threads that are gone or no longer watched.
+
+        The kernel frees a slot when its thread gets a CPU; a thread whose entry
+        the sweep removed, or whose process is no longer watched, could keep one.
+        """
+        table = maps["cpu_waiters"]
+        for k, w in table.items():
+            stale = [
+                i
+                for i, tid in enumerate(w.tid)
+                if tid and (tid not in live_tids or w.tgid[i] not in self._want_watched)
+            ]
+            if stale:
+                for i in stale:
+                    w.tid[i] = 0
+                table[k] = w
+
+    def _check_errors(self, maps: dict[str, BpfMap]) -> int:
+        """New failed map updates since the last read; a standing reason in the status."""
+        errors = sum(_as_int(v) for _, v in maps["errors"].items())
         new_errors = max(0, errors - self._errors_seen)
         self._errors_seen = max(errors, self._errors_seen)
         if self._errors_seen:
@@ -530,10 +924,7 @@ class BpfSchedProbe:
                 f"raise the map bounds (max_threads={self.max_threads},"
                 f" max_tgids={self.max_tgids}) in BpfSchedProbe",
             )
-        self._reads += 1
-        if self._reads % SWEEP_EVERY_READS == 0:
-            self.sweep(group_cum.keys() | group_rows.keys(), per_tid.keys())
-        return ProbeReading(dt_ns=dt_ns, per_tgid=per_tgid, per_tid=per_tid, map_errors=new_errors)
+        return new_errors
 
     def _error_detail(self, maps: dict[str, BpfMap]) -> str:
         parts = []

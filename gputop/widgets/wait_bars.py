@@ -96,6 +96,7 @@ class TrainerWaitBars(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._rows: list[tuple[ProcessSample, WaitSplit]] = []
+        self._lines = 0
         self.display = False
 
     def show(self, processes: Sequence[ProcessSample]) -> None:
@@ -110,10 +111,15 @@ class TrainerWaitBars(Static):
                 rows.append((p, split))
         self._rows = rows
         self.display = bool(rows)
-        self.update(self._text())
+        text = self._text()
+        # height: auto: only a new number of lines can change the widget's size; new
+        # values in the same lines repaint without a layout pass of the screen.
+        lines = text.plain.count("\n") + 1
+        self.update(text, layout=lines != self._lines)
+        self._lines = lines
 
     def on_resize(self) -> None:
-        self.update(self._text())
+        self.update(self._text(), layout=False)
 
     def _style(self, name: str) -> str:
         return str(self.get_component_rich_style(f"wait-bars--{name}", partial=True))

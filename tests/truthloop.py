@@ -1,0 +1,273 @@
+"""Ground truth for the wait split: a real PyTorch DataLoader training loop that measures itself.
+
+Run as a script (``python tests/truthloop.py --out FILE ...``), it trains with
+real DataLoader workers (each sample costs ``--sample-cpu-ms`` of CPU in the
+worker) and a GPU stand-in step that sleeps or busy-spins. Around every
+``next(iterator)`` it reads its main thread's wall clock (``time.perf_counter``,
+CLOCK_MONOTONIC), its on-CPU time (``time.thread_time_ns``) and its run-queue
+wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
+*blocked* inside ``next``. One line per step goes to ``--out``:
+
+    next_start next_end blocked_in_next_ns step_end
+
+(monotonic seconds, nanoseconds). ``blocked_share()`` turns those lines into the
+share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
+it beside gputop's ``wait_input_pct`` over the same window.
+
+Tests import ``running_loop`` and ``blocked_share``; the loop itself imports only
+torch and the standard library, so ``spawn`` and ``forkserver`` workers can
+import this file as their main module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _busy(cpu_s: float) -> None:
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+class Work:
+    """The workers' dataset, importable by pickling (spawn/forkserver need a module-level class)."""
+
+    def __init__(self, sample_cpu_ms: float, epoch_len: int) -> None:
+        self.sample_cpu_ms = sample_cpu_ms
+        self.epoch_len = epoch_len
+
+    def __len__(self) -> int:
+        return self.epoch_len
+
+    def __getitem__(self, i: int) -> object:
+        import torch
+
+        _busy(self.sample_cpu_ms / 1000.0)
+        return torch.zeros(4)
+
+
+# A busy process with its own name, in the loop's session (so in its autogroup).
+HOG_CODE = """
+with open("/proc/self/comm", "w") as f:
+    f.write({comm!r})
+while True:
+    pass
+"""
+
+
+def _standin(kind: str, step_s: float) -> None:
+    """The GPU step's stand-in: sleep (a blocking sync) or busy-spin (CUDA's default)."""
+    if kind == "sleep":
+        time.sleep(step_s)
+        return
+    end = time.perf_counter() + step_s
+    while time.perf_counter() < end:
+        pass
+
+
+def _workers_named(n: int, timeout_s: float = 60.0) -> None:
+    """Wait until n processes of this session run as DataLoader workers (pt_data_worker)."""
+    deadline = time.monotonic() + timeout_s
+    me = str(os.getsid(0))
+    while time.monotonic() < deadline:
+        found = 0
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if "(pt_data_worker)" in stat and stat.rsplit(")", 1)[1].split()[3] == me:
+                found += 1
+        if found >= n:
+            return
+        time.sleep(0.05)
+    raise TimeoutError("DataLoader workers did not start")
+
+
+class _Phase:
+    """A shared byte telling a test whether the loop is inside next() (1) or not (0)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._map: mmap.mmap | None = None
+        if path is not None:
+            with open(path, "r+b") as f:
+                self._map = mmap.mmap(f.fileno(), 1)
+
+    def set(self, v: int) -> None:
+        if self._map is not None:
+            self._map[0] = v
+
+
+def _run_delay_ns(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="a self-measuring DataLoader training loop")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--start-method", default="fork", choices=("fork", "spawn", "forkserver"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--sample-cpu-ms", type=float, default=8.0)
+    ap.add_argument("--step-ms", type=float, default=20.0)
+    ap.add_argument("--standin", default="sleep", choices=("sleep", "spin"))
+    ap.add_argument("--persistent", action="store_true")
+    ap.add_argument("--epoch-len", type=int, default=10**9)
+    ap.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
+    ap.add_argument(
+        "--no-next",
+        action="store_true",
+        help="start the workers, then only run the stand-in (never take a batch)",
+    )
+    ap.add_argument(
+        "--phase-file",
+        default=None,
+        help="a 1-byte file the loop keeps at 1 while inside next() and 0 outside",
+    )
+    ap.add_argument(
+        "--hog-comm",
+        default=None,
+        help="also start a busy process of this name in this session (written to OUT.hog)",
+    )
+    args = ap.parse_args(argv)
+
+    from torch.utils.data import DataLoader
+
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    dl = DataLoader(
+        Work(args.sample_cpu_ms, args.epoch_len),  # type: ignore[arg-type]
+        num_workers=args.workers,
+        batch_size=args.batch_size,
+        multiprocessing_context=args.start_method,
+        persistent_workers=args.persistent,
+    )
+    tid = threading.get_native_id()
+    step_s = args.step_ms / 1000.0
+    it = iter(dl)
+    if args.hog_comm:
+        hog = subprocess.Popen([sys.executable, "-c", HOG_CODE.format(comm=args.hog_comm)])
+        Path(args.out + ".hog").write_text(str(hog.pid))
+    if args.no_next:
+        _workers_named(args.workers)
+    else:
+        next(it)
+    print("ready", flush=True)
+    phase = _Phase(args.phase_file)
+    with open(args.out, "w", buffering=1) as out:
+        while args.no_next:
+            t0 = time.perf_counter()
+            _standin(args.standin, step_s)
+            out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f}\n")
+        while True:
+            phase.set(1)
+            t0 = time.perf_counter()
+            c0 = time.thread_time_ns()
+            r0 = _run_delay_ns(tid)
+            try:
+                next(it)
+            except StopIteration:
+                it = iter(dl)  # a new epoch: without persistent_workers, new workers
+                next(it)
+            t1 = time.perf_counter()
+            c1 = time.thread_time_ns()
+            r1 = _run_delay_ns(tid)
+            blocked = int((t1 - t0) * 1e9) - (c1 - c0) - (r1 - r0)
+            phase.set(0)
+            _standin(args.standin, step_s)
+            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {time.perf_counter():.7f}\n")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step as the loop measured it."""
+
+    next_start: float
+    next_end: float
+    blocked_ns: int
+    step_end: float
+
+
+def read_steps(path: Path) -> list[Step]:
+    steps = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) != 4:
+            continue  # the last line may be half-written
+        steps.append(Step(float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3])))
+    return steps
+
+
+def blocked_share(steps: Sequence[Step], t0: float, t1: float) -> float:
+    """% of [t0, t1] the loop was blocked inside next(); a call that straddles an
+    edge counts in proportion to its overlap with the window."""
+    total = 0.0
+    for s in steps:
+        span = s.next_end - s.next_start
+        if span <= 0:
+            continue
+        overlap = min(s.next_end, t1) - max(s.next_start, t0)
+        if overlap > 0:
+            total += s.blocked_ns / 1e9 * overlap / span
+    return 100.0 * total / (t1 - t0)
+
+
+class PhaseReader:
+    """The test's side of ``--phase-file``: is the loop inside next() right now?"""
+
+    def __init__(self, path: Path) -> None:
+        path.write_bytes(b"\x01")
+        with open(path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 1)
+
+    def inside_next(self) -> bool:
+        return self._map[0] == 1
+
+    def wait_outside(self, timeout_s: float) -> bool:
+        """Wait until the loop is outside next(); False if it never was within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while self.inside_next():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0005)
+        return True
+
+
+@contextmanager
+def running_loop(directory: Path, args: Sequence[str] = ()) -> Iterator[tuple[int, Path]]:
+    """The loop running in its own session, ready; yields (its pid, its output file).
+
+    Everything it started (workers, a forkserver) is killed afterwards.
+    """
+    out = directory / "steps.txt"
+    p = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--out", str(out), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline() == "ready\n", "the training loop did not start"
+        yield p.pid, out
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
