@@ -664,7 +664,7 @@ def test_a_processs_first_sighting_without_rates_does_not_dilute_its_averages() 
 
 def test_every_verdict_state_has_a_rank_and_a_title_on_the_banner() -> None:
     from gputop.model.frame import VERDICT_STATES
-    from gputop.widgets.banner import SEVERITY, TITLES
+    from gputop.widgets.verdict_panel import SEVERITY, TITLES
 
     assert sorted(SEVERITY) == sorted(VERDICT_STATES) == sorted(TITLES)
     assert set(PROBLEM_STATES) < set(VERDICT_STATES)
