@@ -25,10 +25,9 @@ from typing import Any, ClassVar, Protocol
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Grid
 from textual.reactive import reactive
 from textual.signal import Signal
-from textual.widgets import Footer
+from textual.widgets import Input
 
 from gputop.config import Config
 from gputop.errors import UsageError
@@ -51,19 +50,37 @@ from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen
 from gputop.signals import LoopStopper
-from gputop.widgets.banner import VerdictBanner
 from gputop.widgets.filter_input import FilterInput
-from gputop.widgets.gpu_panel import GpuPanel
+from gputop.widgets.find_bar import FindBar, SearchInput
+from gputop.widgets.gpu_area import GpuArea
+from gputop.widgets.host_header import HostHeader, header_rows
+from gputop.widgets.key_footer import KeyFooter
 from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
+from gputop.widgets.verdict_panel import VerdictPanel
 from gputop.widgets.wait_bars import TrainerWaitBars
 
 HISTORY_WINDOW_S = 600.0
-GPU_PANEL_MIN_W = 38
+# What the help says of the drill-down's own keys (read from its BINDINGS).
+DRILL_DOWN_HELP = {
+    "stack": "dump the Python stack again (py-spy dump)",
+    "app.kill": "kill this process (after confirmation)",
+    "app.pop_screen": "back to the main screen",
+}
 FEED_CHECK_S = 5.0
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
-    {"filter", "sort_menu", "sort_step", "invert", "tree", "clear_filter", "scrub", "kill"}
+    {
+        "filter",
+        "search",
+        "sort_menu",
+        "sort_step",
+        "invert",
+        "tree",
+        "clear_filter",
+        "scrub",
+        "kill",
+    }
 )
 
 
@@ -144,18 +161,19 @@ class ReplayFeed:
 
 
 class GputopApp(App[int]):
-    """The main screen: verdict banner, one panel per GPU, process table, status line."""
+    """The main screen: host header, verdict panel, GPUs, process table, status line."""
 
     TITLE = "gputop"
     # Every action has a key; the palette's footer hint would push "q Quit" off an 80-column footer.
     ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
-    #gpus { height: auto; max-height: 50%; grid-gutter: 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "help", "Help", id="help"),
-        Binding("slash", "filter", "Filter", id="filter"),
+        Binding("slash,f4", "filter", "Filter", id="filter"),
+        Binding("f3", "search(1)", "Search", id="search"),
+        Binding("shift+f3", "search(-1)", "Search back", show=False, id="search_back"),
         Binding("f6", "sort_menu", "Sort", id="sort"),
         Binding("less_than_sign", "sort_step(-1)", "Sort col ←", show=False, id="sort_prev"),
         Binding("greater_than_sign", "sort_step(1)", "Sort col →", show=False, id="sort_next"),
@@ -164,6 +182,9 @@ class GputopApp(App[int]):
         Binding("p", "pause", "Pause", id="pause"),
         Binding("s", "snapshot", "Snap", id="snapshot"),
         Binding("k", "kill", "Kill", id="kill"),
+        Binding("v", "verdict", "Verdict", show=False, id="verdict"),
+        Binding("c", "copy_fixes", "Copy fixes", show=False, id="copy_fixes"),
+        Binding("g", "gpu_mode", "GPU view", show=False, id="gpu_mode"),
         Binding("q,f10", "quit", "Quit", id="quit"),
         # Ctrl-C quits from anywhere, as in htop and top; priority so that the
         # screen's and the filter input's copy bindings do not take it first.
@@ -176,6 +197,8 @@ class GputopApp(App[int]):
     KEY_HELP: ClassVar[dict[str, str]] = {
         "help": "this help",
         "filter": "filter processes (pid, user, role, command); Enter keeps it, Esc clears",
+        "search": "search: jump to the next matching process (rows stay); F3 again for the next",
+        "search_back": "search: jump to the previous match",
         "sort": "choose the sort column",
         "sort_prev": "sort by the column to the left",
         "sort_next": "sort by the column to the right",
@@ -184,6 +207,9 @@ class GputopApp(App[int]):
         "pause": "freeze the display (sampling continues)",
         "snapshot": "write a snapshot bundle with a screenshot",
         "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
+        "verdict": "expand the verdict panel to every evidence line and fix, or fold it",
+        "copy_fixes": "copy the verdict's fixes to the clipboard (OSC 52; also selectable)",
+        "gpu_mode": "GPU panels or one line per GPU (chosen by size until pressed)",
         "quit": "quit",
         "quit_now": "quit, from any screen or the filter",
         "back": "clear the filter / leave a screen",
@@ -219,8 +245,6 @@ class GputopApp(App[int]):
         self._inbox: deque[Frame] = deque()
         self._inbox_lock = threading.Lock()
         self._wake_pending = False
-        self._gpu_ids: tuple[str | None, ...] = ()
-        self._panels: list[GpuPanel] = []
         self._feed_failed = False
         if self.config.keys:
             known = {b.id for b in self._bindings_list() if b.id}
@@ -243,13 +267,25 @@ class GputopApp(App[int]):
     # ---- layout ---------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield VerdictBanner(id="banner")
-        yield Grid(id="gpus")
+        yield HostHeader(id="host")
+        yield VerdictPanel(id="verdict")
+        yield GpuArea(id="gpus")
         yield TrainerWaitBars(id="waits")
         yield ProcessTable(id="procs")
-        yield FilterInput(placeholder="filter: pid, user, role or command", id="filter")
+        yield FindBar(
+            "Filter",
+            "Enter keep · Esc clear",
+            FilterInput(placeholder="pid, user, role or command", id="filter"),
+            id="filterbar",
+        )
+        yield FindBar(
+            "Search",
+            "F3 next · Enter done · Esc close",
+            SearchInput(placeholder="pid, user, role or command", id="search"),
+            id="searchbar",
+        )
         yield StatusLine(interval_s=self.interval_s, id="status").data_bind(GputopApp.paused)
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_load(self) -> None:
         # The earliest hook inside the running loop: from here an exit signal stops the app.
@@ -258,6 +294,7 @@ class GputopApp(App[int]):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
+        self._fit(self.size.width, self.size.height)
         self.feed.start(self)
         if self.feed.live:
             self.set_interval(FEED_CHECK_S, self.check_feed)
@@ -278,7 +315,14 @@ class GputopApp(App[int]):
         self.feed.stop()
 
     def on_resize(self, event: events.Resize) -> None:
-        self._layout_gpus(event.size.width)
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        """Share the rows out: header, verdict and GPUs get a budget, the table the rest."""
+        self.query_one(HostHeader).fit(header_rows(width, height))
+        folded = 3 if height < 24 else 4 if height < 30 else 5 if height < 50 else 8
+        self.query_one(VerdictPanel).fit(folded, max(folded, height - 8))
+        self.query_one(GpuArea).fit(width, max(2, int(height * 0.3)))
 
     @property
     def table(self) -> ProcessTable:
@@ -330,40 +374,15 @@ class GputopApp(App[int]):
         """Show the newest frame in the history on every widget (and the open drill-down)."""
         frame = self.history.last
         if frame is not None:
-            self.query_one(VerdictBanner).show(frame.verdicts, has_gpus=bool(frame.gpus))
-            self._show_gpus(frame)
+            self.query_one(HostHeader).show(frame.host, frame.processes)
+            self.query_one(VerdictPanel).show(
+                frame.verdicts, self.history.frames, has_gpus=bool(frame.gpus)
+            )
+            self.query_one(GpuArea).show(frame, self.history)
             self.query_one(TrainerWaitBars).show(frame.processes)
-            self.table.show(frame.processes)
+            self.table.show(frame.processes, self.history.preempt_base)
             self.query_one(StatusLine).show_frame(frame)
         self.history_updated.publish(self.history)
-
-    def _show_gpus(self, frame: Frame) -> None:
-        ids: tuple[str | None, ...] = tuple(g.uuid for g in frame.gpus) or (None,)
-        if ids != self._gpu_ids:
-            self._gpu_ids = ids
-            self._panels = [GpuPanel(uuid) for uuid in ids]
-            grid = self.query_one("#gpus", Grid)
-            grid.remove_children()
-            grid.mount_all(self._panels)
-            self._layout_gpus(self.size.width)
-        panels = self._panels
-        if not frame.gpus:
-            reason = next((n for n in frame.sources.notes if n.startswith("gpu")), "")
-            panels[0].show(None, {}, reason.removeprefix("gpu: "))
-            return
-        for panel, gpu in zip(panels, frame.gpus, strict=False):
-            series = {
-                m: self.history.gpu_series(gpu.uuid, m) for m in ("util", "sm_active", "power_pct")
-            }
-            panel.show(gpu, series)
-
-    def _layout_gpus(self, width: int) -> None:
-        n = max(1, len(self._gpu_ids))
-        cols = max(1, min(n, width // GPU_PANEL_MIN_W))
-        grid = self.query_one("#gpus", Grid)
-        grid.styles.grid_size_columns = cols
-        grid.styles.grid_size_rows = -(-n // cols)
-        grid.styles.grid_rows = "3" if self._gpu_ids == (None,) else "5"
 
     # ---- actions --------------------------------------------------------------
 
@@ -372,7 +391,7 @@ class GputopApp(App[int]):
             return False
         if action == "scrub":
             # Without a timeline, or while typing a filter, ← → are not for scrubbing.
-            return bool(self.timeline) and not isinstance(self.focused, FilterInput)
+            return bool(self.timeline) and not isinstance(self.focused, Input)
         return True
 
     def key_help(self) -> list[tuple[str, str]]:
@@ -384,9 +403,31 @@ class GputopApp(App[int]):
             out.append((shown, self.KEY_HELP.get(b.id or "", b.description)))
         out[1:1] = [
             ("↑ ↓ PgUp PgDn", "move the selection"),
+            ("← →, shift+← →", "scroll the COMMAND column (in a replay ← → scrub; shift scrolls)"),
             ("Enter", "open the selected process (Esc returns)"),
+            ("click", "a header sorts by it; the verdict's title expands it"),
         ]
+        for pb in ProcessScreen.BINDINGS:
+            if isinstance(pb, Binding):
+                keys = ", ".join(self.get_key_display(Binding(k, "")) for k in pb.key.split(","))
+                what = DRILL_DOWN_HELP.get(pb.action, pb.description)
+                out.append((f"drill-down {keys}", what))
         return out
+
+    def action_verdict(self) -> None:
+        self.query_one(VerdictPanel).toggle()
+
+    def action_copy_fixes(self) -> None:
+        fixes = self.query_one(VerdictPanel).fixes()
+        if not fixes:
+            self.notify("no fixes to copy", severity="warning")
+            return
+        self.copy_to_clipboard("\n".join(fixes) + "\n")
+        n = len(fixes)
+        self.notify(f"copied {n} fix{'es' if n != 1 else ''} to the clipboard", markup=False)
+
+    def action_gpu_mode(self) -> None:
+        self.query_one(GpuArea).toggle()
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -394,26 +435,48 @@ class GputopApp(App[int]):
 
     def action_filter(self) -> None:
         box = self.query_one(FilterInput)
-        box.add_class("-active")
+        self.query_one("#filterbar").add_class("-active")
         box.focus()
 
-    @on(FilterInput.Changed)
+    @on(FilterInput.Changed, "#filter")
     def _filter_changed(self, event: FilterInput.Changed) -> None:
         self.table.needle = event.value
 
-    @on(FilterInput.Submitted)
+    @on(FilterInput.Submitted, "#filter")
     def _filter_done(self) -> None:
         box = self.query_one(FilterInput)
         if not box.value:
-            box.remove_class("-active")
+            self.query_one("#filterbar").remove_class("-active")
         self.table.focus()
 
     @on(FilterCancelled)
     def _filter_cancelled(self) -> None:
         box = self.query_one(FilterInput)
         box.value = ""
-        box.remove_class("-active")
+        self.query_one("#filterbar").remove_class("-active")
         self.table.needle = ""
+        self.table.focus()
+
+    def action_search(self, step: int) -> None:
+        bar = self.query_one("#searchbar", FindBar)
+        if bar.has_class("-active") and bar.box.value:
+            self._find(bar.box.value, step)
+            return
+        bar.add_class("-active")
+        bar.box.focus()
+
+    def _find(self, needle: str, step: int) -> None:
+        found = self.table.find(needle, step)
+        self.query_one("#searchbar").set_class(bool(needle) and not found, "-nomatch")
+
+    @on(SearchInput.Changed, "#search")
+    def _search_changed(self, event: SearchInput.Changed) -> None:
+        self._find(event.value, 0)
+
+    @on(SearchInput.Submitted, "#search")
+    @on(SearchInput.Closed)
+    def _search_done(self) -> None:
+        self.query_one("#searchbar").remove_class("-active")
         self.table.focus()
 
     def action_clear_filter(self) -> None:

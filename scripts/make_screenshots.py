@@ -7,7 +7,8 @@
 A scenario is a name plus a list of frames; the fixture's frames come from
 tests/frames_fixture.py, a demo's are recorded live through the same sampler the
 TUI uses (``--seconds`` of ticks). Each scenario gives three SVGs: main screen at
-120x40 and 80x24, and the drill-down of its first trainer (else its top process).
+120x40 and 80x24, and the drill-down of its first trainer (else its top process);
+the starving fixture also at 60x20 and 200x60, and an 8-GPU fixture.
 """
 
 from __future__ import annotations
@@ -33,13 +34,20 @@ class Scenario:
 
     name: str
     frames: Callable[[], list[Frame]]
+    # Main-screen sizes besides 120x40 and 80x24.
+    extra_sizes: tuple[tuple[int, int], ...] = ()
 
 
 def fixture_scenarios() -> list[Scenario]:
     from frames_fixture import make_frames
 
     return [
-        Scenario("fixture-starving", lambda: make_frames(60)),
+        Scenario(
+            "fixture-starving",
+            lambda: make_frames(60, long_verdict=True, starving_from=20),
+            extra_sizes=((60, 20), (200, 60)),
+        ),
+        Scenario("fixture-8-gpus", lambda: make_frames(60, n_gpus=8, starving_from=30)),
         Scenario("fixture-no-gpu", lambda: make_frames(60, gpus=False)),
     ]
 
@@ -66,7 +74,9 @@ async def shoot(scenario: Scenario, out: Path) -> list[Path]:
     if not frames:
         raise SystemExit(f"{scenario.name}: no frames")
     written = []
-    for size, screen in (((120, 40), "main"), ((80, 24), "main"), ((120, 40), "process")):
+    shots = [((120, 40), "main"), ((80, 24), "main"), ((120, 40), "process")]
+    shots += [(size, "main") for size in scenario.extra_sizes]
+    for size, screen in shots:
         app = GputopApp(ReplayFeed(frames))
         async with app.run_test(size=size) as pilot:
             await pilot.pause()

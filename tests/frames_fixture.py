@@ -26,13 +26,29 @@ T0 = 1763769600.0
 STARVING_TRAINER_PID = 3821
 OTHER_TRAINER_PID = 4100
 WORKER_PIDS = (3850, 3851, 3852, 3853)
+JOB_CPUS = (0, 1, 2, 3)
 
 
 def _wave(i: int, period: float, lo: float, hi: float, phase: float = 0.0) -> float:
     return round(lo + (hi - lo) * (0.5 + 0.5 * math.sin(2 * math.pi * i / period + phase)), 1)
 
 
-def _gpus(i: int) -> tuple[GpuSample, ...]:
+def _extra_gpu(i: int, index: int) -> GpuSample:
+    # GPUs 2.. of a bigger box: each its own phase, so lines differ.
+    return GpuSample(
+        index=index,
+        uuid=f"GPU-{index:08d}-2222-2222-2222-222222222222",
+        name="NVIDIA H100 80GB HBM3",
+        util=_wave(i, 10 + index, 60.0, 99.0, phase=index),
+        sm_active=_wave(i, 12 + index, 20.0, 80.0, phase=index),
+        power_w=_wave(i, 14, 300.0, 650.0, phase=index),
+        power_limit_w=700.0,
+        mem_used_mib=40000 + 1000 * index,
+        mem_total_mib=81559,
+    )
+
+
+def _gpus(i: int, n_gpus: int = 2) -> tuple[GpuSample, ...]:
     return (
         GpuSample(
             index=0,
@@ -59,6 +75,7 @@ def _gpus(i: int) -> tuple[GpuSample, ...]:
             mem_total_mib=23028,
             throttle=(),
         ),
+        *(_extra_gpu(i, k) for k in range(2, n_gpus)),
     )
 
 
@@ -109,6 +126,7 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
             longest_stall_ms=48.3,
             offcpu_hist=_HIST,
             gpu_sm_pct=12.0,
+            cpus_allowed=JOB_CPUS,
             # The eBPF wait split: blocked 20-22% of the interval, mostly on its batches.
             wait_input_pct=_wave(i, 10, 14.0, 18.0),
             wait_irq_pct=4.0,
@@ -140,6 +158,7 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
                 preemptors=_PREEMPTORS,
                 start_time=1010 + k,
                 user="alice",
+                cpus_allowed=JOB_CPUS,
             )
         )
     out.append(
@@ -165,6 +184,7 @@ def _processes(i: int, n_procs: int) -> tuple[ProcessSample, ...]:
             preemptors=(Preemptor(5000, "job0", 100.0),),
             start_time=2000,
             user="bob",
+            cpus_allowed=tuple(range(8)),
         )
     )
     out.append(
@@ -231,12 +251,54 @@ _UNKNOWN = Verdict(
 )
 
 
+def _host(i: int) -> HostSample:
+    # CPUs 0-3 carry the trainer and its workers, 4-7 the CPU hogs: all of them busy.
+    per_cpu = tuple(_wave(i + 3 * c, 13 + c, 70.0 if c < 4 else 88.0, 99.0) for c in range(8))
+    return HostSample(
+        cpu_pct=round(sum(per_cpu) / len(per_cpu), 1),
+        ncpu=8,
+        load1=12.3,
+        load5=11.8,
+        load15=9.4,
+        psi_cpu_some=41.0,
+        psi_cpu_full=6.5,
+        per_cpu_pct=per_cpu,
+        mem_used_mib=41200,
+        mem_total_mib=64300,
+        procs_running=13,
+    )
+
+
+# The whole verdict the diagnosis gives on a starving box: four evidence lines, four fixes.
+LONG_STARVING = Verdict(
+    gpu=0,
+    state="busy_but_starving",
+    evidence=(
+        "GPU_UTIL 96% but SM active 12%: train.py off-CPU 52% of the last 10 s, "
+        "30% waiting in the run queue",
+        "DataLoader workers preempted 75/s each, 31% of their time runnable but not running",
+        "CPU pressure (PSI some) 41% over 10 s; load 12.3 on 8 CPUs",
+        "stress-ng (pid 5028) took 38% of the trainer's lost CPU time",
+    ),
+    fixes=(
+        "renice -n 10 -p 5028 5070 5000 (the CPU hogs) so the trainer and its workers win the CPUs",
+        "taskset -a -cp 0-3 3821 3850 3851 3852 3853 and keep other work on CPUs 4-7",
+        "lower num_workers from 4 to 2 so the workers stop competing with the trainer",
+        "move the stress-ng jobs to another host",
+    ),
+    efficiency=0.12,
+)
+
+
 def make_frame(
     i: int,
     *,
     n_procs: int = 12,
     verdicts: bool = True,
     gpus: bool = True,
+    n_gpus: int = 2,
+    long_verdict: bool = False,
+    starving_from: int = 0,
 ) -> Frame:
     """Frame number ``i`` (0-based) of the fixture, at T0 + i seconds."""
     return Frame(
@@ -249,18 +311,22 @@ def make_frame(
             sched="bpf",
             notes=() if gpus else ("gpu: NVML library not found (libnvidia-ml.so.1)",),
         ),
-        host=HostSample(cpu_pct=_wave(i, 20, 85.0, 97.0), ncpu=8, load1=12.3, psi_cpu_some=41.0),
-        gpus=_gpus(i) if gpus else (),
+        host=_host(i),
+        gpus=_gpus(i, n_gpus) if gpus else (),
         processes=_processes(i, n_procs),
-        verdicts=(_STARVING, _UNKNOWN) if verdicts and gpus else (),
+        verdicts=_verdicts(i, long_verdict, starving_from) if verdicts and gpus else (),
     )
 
 
-def make_frames(
-    n: int = 60, *, n_procs: int = 12, verdicts: bool = True, gpus: bool = True
-) -> list[Frame]:
-    """``n`` consecutive fixture frames, oldest first."""
-    return [make_frame(i, n_procs=n_procs, verdicts=verdicts, gpus=gpus) for i in range(n)]
+def _verdicts(i: int, long_verdict: bool, starving_from: int) -> tuple[Verdict, ...]:
+    if i < starving_from:
+        return (Verdict(gpu=0, state="ok", evidence=("SM active tracks GPU_UTIL",)), _UNKNOWN)
+    return (LONG_STARVING if long_verdict else _STARVING, _UNKNOWN)
+
+
+def make_frames(n: int = 60, **kw: Any) -> list[Frame]:
+    """``n`` consecutive fixture frames, oldest first (keywords as for ``make_frame``)."""
+    return [make_frame(i, **kw) for i in range(n)]
 
 
 class PushFeed:

@@ -30,11 +30,11 @@ from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen, histogram_lines
 from gputop.screens.sort import SortScreen
-from gputop.widgets.banner import VerdictBanner
 from gputop.widgets.gpu_panel import GpuPanel
 from gputop.widgets.process_table import ProcessTable, arrange
 from gputop.widgets.sparkline import sparkline
 from gputop.widgets.status_line import StatusLine
+from gputop.widgets.verdict_panel import VerdictPanel
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 
@@ -72,7 +72,7 @@ async def test_main_screen_shows_starving_banner_both_gpus_and_every_process() -
     app = replay_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        banner = app.query_one(VerdictBanner)
+        banner = app.query_one(VerdictPanel)
         assert banner.state == "busy_but_starving"
         assert "BUSY BUT STARVING" in str(banner.render())
         assert "fix:" in str(banner.render())
@@ -91,7 +91,7 @@ async def test_banner_is_calm_without_verdicts() -> None:
     app = replay_app(verdicts=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        banner = app.query_one(VerdictBanner)
+        banner = app.query_one(VerdictPanel)
         assert banner.state == "none"
         assert "no verdict yet" in str(banner.render())
 
@@ -106,7 +106,7 @@ async def test_no_gpu_panel_says_host_signals_only_and_why() -> None:
         assert "no GPU — host signals only" in text
         assert "NVML library not found" in text
         assert "gpu:none" in status_text(app)
-        banner = app.query_one(VerdictBanner)
+        banner = app.query_one(VerdictPanel)
         assert banner.state == "no_gpu"
         assert "no GPU to judge" in str(banner.render())
 
@@ -369,7 +369,7 @@ async def test_survives_resize_down_to_80x24() -> None:
         for size in ((120, 40), (80, 24), (60, 20), (120, 40)):
             await pilot.resize_terminal(*size)
             await pilot.pause()
-        grid = app.query_one("#gpus")
+        grid = app.query_one("#gpus Grid")
         assert grid.styles.grid_size_columns == 2
         panel = app.query(GpuPanel).first()
         assert all(len(line) > 0 for line in panel._lines)
@@ -601,7 +601,7 @@ async def test_no_color_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         assert app.no_color
-        assert "BUSY BUT STARVING" in str(app.query_one(VerdictBanner).render())
+        assert "BUSY BUT STARVING" in str(app.query_one(VerdictPanel).render())
 
 
 # ---- pieces ------------------------------------------------------------------

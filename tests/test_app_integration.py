@@ -16,7 +16,7 @@ from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.messages import SnapshotFailed, SnapshotSaved
 from gputop.runtime import Options
-from gputop.widgets.banner import VerdictBanner
+from gputop.widgets.verdict_panel import VerdictPanel
 
 
 def _args(**kw: object) -> argparse.Namespace:
@@ -57,7 +57,7 @@ async def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path
     app = GputopApp(_replay_feed(path))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert app.query_one(VerdictBanner).state == "busy_but_starving"
+        assert app.query_one(VerdictPanel).state == "busy_but_starving"
         assert app.cursor == 11
         await pilot.press("left")
         assert app.cursor == 10

@@ -11,7 +11,7 @@ from frames_fixture import make_frames
 from gputop.app import GputopApp, ReplayFeed, _replay_feed
 from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
-from gputop.widgets.banner import VerdictBanner
+from gputop.widgets.verdict_panel import VerdictPanel
 
 
 async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
@@ -20,7 +20,7 @@ async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
         # Twice: the first pause lets the mount render, the second the refreshes it scheduled.
         await pilot.pause()
         await pilot.pause()
-        return app.query_one(VerdictBanner).state, app.export_screenshot()
+        return app.query_one(VerdictPanel).state, app.export_screenshot()
 
 
 async def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ class History:
         self._gpu: dict[str, dict[str, Series]] = {}
         self._proc: dict[tuple[int, int], dict[str, Series]] = {}
         self._proc_last: dict[tuple[int, int], int] = {}
+        # preempt_total when each process was first seen: the start of "since watching".
+        self.preempt_base: dict[tuple[int, int], int] = {}
         self._n = 0
 
     def __len__(self) -> int:
@@ -76,6 +78,7 @@ class History:
             series = self._proc.get(key)
             if series is None:
                 series = self._proc[key] = {m: self._new() for m in PROC_METRICS}
+                self.preempt_base[key] = p.preempt_total
             seen_proc.add(key)
             self._proc_last[key] = self._n
             for m in PROC_METRICS:
@@ -86,10 +89,16 @@ class History:
             if self._n - self._proc_last[key] >= self.capacity:
                 del self._proc[key]
                 del self._proc_last[key]
+                self.preempt_base.pop(key, None)
             else:
                 for s in self._proc[key].values():
                     s.append(None)
         self._n += 1
+
+    def preempt_since_watch(self, key: tuple[int, int], preempt_total: int) -> int | None:
+        """Preemptions since the process was first seen in this history (None: never seen)."""
+        base = self.preempt_base.get(key)
+        return None if base is None else max(0, preempt_total - base)
 
     def gpu_series(self, uuid: str, metric: str) -> list[float | None]:
         """One GPU metric over the window, oldest first ([] for an unknown GPU)."""

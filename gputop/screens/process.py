@@ -192,6 +192,12 @@ class ProcessScreen(Screen[None]):
         t.append(f"  {p.role}  {p.user or '?'}  threads {p.nthreads}")
         if p.trainer_pid is not None and p.trainer_pid != p.pid:
             t.append(f"  trainer {p.trainer_pid}")
+        since = self.history.preempt_since_watch(p.key, p.preempt_total)
+        t.append(f"  preempted {p.preempt_per_s:.1f}/s")
+        if since is not None:
+            t.append(f", {since:,} since gputop began watching", style="bold")
+        # The kernel keeps switch counts per live thread, so "since start" excludes exited threads.
+        t.append(f", {p.preempt_total:,} since the process started")
         if gone:
             t.append("  [exited]", style="bold")
         t.append(f"\n{p.cmdline or p.comm}")

@@ -1,4 +1,4 @@
-"""The `/` filter box under the process table."""
+"""The `/` (F4) filter box; it sits in a FindBar under the process table."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from gputop.messages import FilterCancelled
 class FilterInput(Input):
     """An Input that reports Esc as a cancel, so the app can clear the filter."""
 
-    DEFAULT_CSS = """
-    FilterInput { dock: bottom; height: 1; border: none; padding: 0 1; display: none; }
-    FilterInput.-active { display: block; }
-    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Clear filter", show=False)
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -18,7 +19,13 @@ VALUE_W = 6
 NA = "n/a"
 
 
+def finite(v: float | None) -> float | None:
+    """``v``, or None when it is missing, NaN or infinite (a broken reading is not a number)."""
+    return v if v is not None and math.isfinite(v) else None
+
+
 def _pct(v: float | None) -> str:
+    v = finite(v)
     return NA if v is None else f"{v:.0f}%"
 
 
@@ -153,11 +160,11 @@ class GpuPanel(Widget):
                     (f"{_pct(value):>{VALUE_W}}", vcls),
                 ]
             )
-        eff = gpu.efficiency
+        eff = finite(gpu.efficiency)
         eff_txt = "eff n/a" if eff is None else f"eff {eff:.2f}"
         power = (
             f"{gpu.power_w:.0f}/{gpu.power_limit_w:.0f} W"
-            if gpu.power_w is not None and gpu.power_limit_w
+            if finite(gpu.power_w) is not None and finite(gpu.power_limit_w)
             else "power n/a"
         )
         info: list[tuple[str, str]] = [

@@ -7,7 +7,7 @@ costs string comparisons plus a few Strips, not a Rich render of every cell.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,6 +35,8 @@ class Column:
     numeric: bool
     # Measurements read best largest first; PIDs and names ascending.
     descending: bool = False
+    # On a narrow terminal columns are dropped lowest first (0: always shown).
+    drop: int = 0
 
 
 def _num(v: float | None) -> float:
@@ -44,20 +46,26 @@ def _num(v: float | None) -> float:
 
 COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", 7, lambda p: p.pid, True),
-    Column("role", "ROLE", 6, lambda p: p.role, False),
-    Column("user", "USER", 8, lambda p: p.user, False),
+    Column("role", "ROLE", 6, lambda p: p.role, False, drop=6),
+    Column("user", "USER", 8, lambda p: p.user, False, drop=1),
     Column("cpu", "CPU%", 5, lambda p: p.cpu_pct, True, True),
     Column("offcpu", "OFF%", 5, lambda p: _num(p.offcpu_pct), True, True),
-    Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True),
+    Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True, drop=7),
     Column("preempt", "PRE/s", 6, lambda p: p.preempt_per_s, True, True),
-    Column("gpu", "GPU", 3, lambda p: p.gpus, False),
-    Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True),
+    # Preemptions since gputop first saw the process; sorted through ``arrange``'s base.
+    Column("pretotal", "PRE", 6, lambda p: p.preempt_total, True, True, drop=4),
+    Column("gpu", "GPU", 3, lambda p: p.gpus, False, drop=5),
+    Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True, drop=2),
     Column("command", "COMMAND", 0, lambda p: command_text(p), False),
 )
+MIN_COMMAND_W = 20
+HSCROLL_STEP = 8
 # Shown before COMMAND only while some process runs in a container or pod
 # (gputop/sources/cgroup.py): the pod's namespace/name, else the short container id.
-POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False)
+POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False, drop=3)
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+# Where each column's cell sits in a row's cells (POD's only exists while it is shown).
+COLUMN_INDEX = {c.key: i for i, c in enumerate((*COLUMNS[:-1], POD_COLUMN))}
 _BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN)}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
 
@@ -111,6 +119,27 @@ def _fmt(v: float | None) -> str:
     return f"{v:.1f}" if v < 99.95 else f"{v:.0f}"
 
 
+def count_text(n: int | None) -> str:
+    """A count in at most 6 characters: 987, 14504, 145.0k, 14.5M."""
+    if n is None:
+        return "n/a"
+    if n < 100_000:
+        return str(n)
+    if n < 10_000_000:
+        return f"{n / 1e3:.1f}k"
+    return f"{n / 1e6:.1f}M"
+
+
+def visible_columns(width: int, columns: Sequence[Column] = COLUMNS) -> tuple[Column, ...]:
+    """The ``columns`` that fit ``width`` with COMMAND keeping ``MIN_COMMAND_W``, by priority."""
+    cols = list(columns[:-1])
+    for col in sorted((c for c in cols if c.drop), key=lambda c: c.drop):
+        if width - sum(c.width + GUTTER for c in cols) - GUTTER >= MIN_COMMAND_W:
+            break
+        cols.remove(col)
+    return (*cols, columns[-1])
+
+
 def _mem(mib: int | None, on_gpu: bool) -> str:
     if mib is None:
         return "n/a" if on_gpu else ""
@@ -139,19 +168,27 @@ def arrange(
     reverse: bool = True,
     tree: bool = True,
     needle: str = "",
+    base: Mapping[tuple[int, int], int] | None = None,
 ) -> list[tuple[ProcessSample, str]]:
     """Rows in display order with each row's tree prefix ("" at the top level).
 
     In tree mode a DataLoader or pin-memory worker whose trainer is shown sits
-    under that trainer; siblings and top-level rows are sorted alike.
+    under that trainer; siblings and top-level rows are sorted alike. ``base``
+    holds each process's preemption count when first seen (the PRE column).
     """
     col = column(sort_key)
     shown = [p for p in procs if matches(p, needle)]
+    sort = col.sort
+    if sort_key == "pretotal" and base is not None:
+        bases = base
+
+        def sort(p: ProcessSample) -> Any:
+            return p.preempt_total - bases.get(p.key, p.preempt_total)
 
     def order(rows: list[ProcessSample]) -> list[ProcessSample]:
         # Sort by pid first so equal values keep a stable, predictable order.
         rows = sorted(rows, key=lambda p: p.pid)
-        return sorted(rows, key=col.sort, reverse=reverse)
+        return sorted(rows, key=sort, reverse=reverse)
 
     if not tree:
         return [(p, "") for p in order(shown)]
@@ -218,6 +255,8 @@ class ProcessTable(ScrollView, can_focus=True):
         Binding("home", "jump(0)", "First", show=False),
         Binding("end", "jump(-1)", "Last", show=False),
         Binding("enter", "open", "Details"),
+        Binding("left,shift+left", "hscroll(-1)", "Scroll ←", show=False),
+        Binding("right,shift+right", "hscroll(1)", "Scroll →", show=False),
     ]
 
     # The view: whoever shows it (the status line) hears of a change through ViewChanged.
@@ -228,6 +267,10 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         self.cursor_row = 0
+        # Characters of COMMAND scrolled off to the left (← →, htop's horizontal scroll).
+        self.cmd_offset = 0
+        self.base: Mapping[tuple[int, int], int] = {}
+        self._visible: tuple[Column, ...] = COLUMNS
         self._procs: tuple[ProcessSample, ...] = ()
         self._by_key: dict[str, ProcessSample] = {}
         self._cells: dict[str, tuple[Cell, ...]] = {}
@@ -270,9 +313,23 @@ class ProcessTable(ScrollView, can_focus=True):
         self._move_to(index)
         return True
 
-    def show(self, procs: Sequence[ProcessSample]) -> None:
-        """Show these processes: drop the gone, add the new, re-render changed rows only."""
+    @property
+    def shown_columns(self) -> tuple[str, ...]:
+        """The keys of the columns shown at the current width."""
+        return tuple(c.key for c in self._visible)
+
+    def show(
+        self,
+        procs: Sequence[ProcessSample],
+        base: Mapping[tuple[int, int], int] | None = None,
+    ) -> None:
+        """Show these processes: drop the gone, add the new, re-render changed rows only.
+
+        ``base`` maps each process to its preemption count when first seen, for PRE.
+        """
         self._procs = tuple(procs)
+        if base is not None:
+            self.base = base
         columns = COLUMNS
         if any(pod_text(p) for p in self._procs):
             columns = (*COLUMNS[:-1], POD_COLUMN, COLUMNS[-1])
@@ -327,6 +384,7 @@ class ProcessTable(ScrollView, can_focus=True):
             reverse=self.sort_reverse,
             tree=self.tree_mode,
             needle=self.needle,
+            base=self.base,
         )
         selected = self._order[self.cursor_row] if self.selected is not None else None
         new_keys = [row_key(p) for p, _ in rows]
@@ -374,6 +432,7 @@ class ProcessTable(ScrollView, can_focus=True):
             _pct(p.offcpu_pct, 50.0, 25.0),
             _pct(p.runq_pct, 20.0, 10.0),
             (_fmt(p.preempt_per_s), ""),
+            (count_text(p.preempt_total - self.base.get(p.key, p.preempt_total)), ""),
             (",".join(str(g) for g in p.gpus), ""),
             (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
             *(
@@ -400,7 +459,12 @@ class ProcessTable(ScrollView, can_focus=True):
         return style
 
     def _column_widths(self, width: int) -> tuple[int, ...]:
-        fixed = [c.width for c in self._columns[:-1]]
+        visible = visible_columns(width, self._columns)
+        if visible != self._visible:
+            self._visible = visible
+            self._header = None
+            self._strips = {}
+        fixed = [c.width for c in visible[:-1]]
         rest = max(8, width - sum(fixed) - GUTTER * len(fixed) - GUTTER)
         return (*fixed, rest)
 
@@ -435,7 +499,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def _header_strip(self, widths: tuple[int, ...], base: Style, width: int) -> Strip:
         head = base + self._style("process-table--header")
         segments = []
-        for c, w in zip(self._columns, widths, strict=True):
+        for c, w in zip(self._visible, widths, strict=True):
             label = c.label
             style = head
             if c.key == self.sort_key:
@@ -450,11 +514,16 @@ class ProcessTable(ScrollView, can_focus=True):
     ) -> Strip:
         segments = []
         *columns, (prefix, prefix_cls), (command, command_cls) = cells
-        for c, w, (text, cls) in zip(self._columns[:-1], widths[:-1], columns, strict=True):
+        for c, w in zip(self._visible[:-1], widths[:-1], strict=True):
+            text, cls = columns[COLUMN_INDEX[c.key]]
             text = text.rjust(w) if c.numeric else text.ljust(w)
             segments.append(Segment(" ", base))
             segments.append(Segment(text[:w], base + self._style(cls) if cls else base))
         segments.append(Segment(" ", base))
+        if self.cmd_offset:
+            # Scrolled: the tree prefix scrolls away with the command, a mark says so.
+            command = (prefix + command)[self.cmd_offset :]
+            prefix, prefix_cls = "«", "process-table--muted"
         if prefix:
             segments.append(Segment(prefix, base + self._style(prefix_cls)))
         segments.append(Segment(command, base + self._style(command_cls) if command_cls else base))
@@ -483,6 +552,33 @@ class ProcessTable(ScrollView, can_focus=True):
     def action_page(self, step: int) -> None:
         self._move_to(self.cursor_row + step * max(1, self.size.height - 2))
 
+    def find(self, needle: str, step: int = 1) -> bool:
+        """htop's F3: move to the next (``step`` 1), previous (-1) or first from here (0)
+        row matching ``needle``, wrapping around; False when no row matches."""
+        n = len(self._order)
+        if not needle or n == 0:
+            return False
+        direction = -1 if step < 0 else 1
+        for i in range(n):
+            index = (self.cursor_row + step + direction * i) % n
+            if matches(self._by_key[self._order[index]], needle):
+                self._move_to(index)
+                return True
+        return False
+
+    def action_hscroll(self, step: int) -> None:
+        """Scroll the COMMAND column sideways to read long command lines."""
+        longest = max(
+            (len(cells[-1][0]) + len(cells[-2][0]) for cells in self._cells.values()), default=0
+        )
+        room = self._widths[-1] if self._widths else 0
+        limit = max(0, longest - room + 1)
+        offset = max(0, min(limit, self.cmd_offset + step * HSCROLL_STEP))
+        if offset != self.cmd_offset:
+            self.cmd_offset = offset
+            self._strips = {}
+            self.refresh()
+
     def action_jump(self, index: int) -> None:
         self._move_to(index if index >= 0 else len(self._order) - 1)
 
@@ -497,7 +593,7 @@ class ProcessTable(ScrollView, can_focus=True):
             return
         if offset.y == 0:
             x = 0
-            for c, w in zip(self._columns, self._widths, strict=False):
+            for c, w in zip(self._visible, self._widths, strict=False):
                 x += GUTTER + w
                 if offset.x < x:
                     # A click on the sorted column's header inverts it, as in htop.

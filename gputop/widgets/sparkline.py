@@ -6,6 +6,7 @@ gputop draws its series as plain strings inside line-based widgets instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -15,7 +16,8 @@ MISSING = "·"
 def sparkline(values: Sequence[float | None], width: int, top: float = 100.0) -> str:
     """The last ``width`` values as block characters, right-aligned (newest at the right).
 
-    ``None`` (cannot report) is drawn as a dot, never as a zero bar; values are
+    ``None`` (cannot report) and NaN or infinity (a broken reading) are drawn as a
+    dot, a gap in the line, never as a zero bar and never an error; values are
     clamped to 0..``top``; the line is left-padded with spaces when the history
     is shorter than ``width``.
     """
@@ -25,7 +27,7 @@ def sparkline(values: Sequence[float | None], width: int, top: float = 100.0) ->
     scale = (len(BLOCKS) - 1) / top if top > 0 else 0.0
     out = []
     for v in tail:
-        if v is None:
+        if v is None or not math.isfinite(v):
             out.append(MISSING)
         else:
             level = round(min(max(v, 0.0), top) * scale)

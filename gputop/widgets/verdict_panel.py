@@ -1,0 +1,347 @@
+"""The verdict panel: the most urgent verdict with all its evidence and fixes, and its history.
+
+Every evidence line and fix is wrapped to the width, never cut. When they do not
+fit the lines the layout gives the panel, the last line says how many more there
+are and ``v`` (or a click on the title or that line) expands the panel. The text
+is selectable with the mouse, and ``c`` copies the fixes to the clipboard. The
+title line ends with a strip of the verdict per tick over the history window, so
+a user sees when the trouble started.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.widget import Widget
+
+from gputop.model.frame import Frame, Verdict, VerdictState
+
+# Worst first: the panel leads with the most urgent verdict any GPU has.
+SEVERITY: tuple[VerdictState, ...] = (
+    "busy_but_starving",
+    "input_bound",
+    "throttled",
+    "low_sm_efficiency",
+    "unknown",
+    "idle",
+    "ok",
+)
+TITLES: dict[VerdictState, str] = {
+    "busy_but_starving": "BUSY BUT STARVING",
+    "input_bound": "INPUT BOUND",
+    "throttled": "THROTTLED",
+    "low_sm_efficiency": "LOW SM EFFICIENCY",
+    "unknown": "UNKNOWN",
+    "idle": "IDLE",
+    "ok": "OK",
+}
+# The history strip: one character per tick; taller is worse, so it reads without colour too.
+STRIP_GLYPHS = {
+    "busy_but_starving": "█",
+    "input_bound": "▆",
+    "throttled": "▅",
+    "low_sm_efficiency": "▄",
+    "unknown": "▂",
+    "idle": "_",
+    "ok": "▁",
+    "none": "·",
+}
+STRIP_MIN_W = 8
+CALM = ("ok", "idle")
+
+
+def worst(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The verdicts that share the most urgent state, in GPU order."""
+    if not verdicts:
+        return []
+    rank = {s: i for i, s in enumerate(SEVERITY)}
+    top = min(rank.get(v.state, len(SEVERITY)) for v in verdicts)
+    return [v for v in verdicts if rank.get(v.state, len(SEVERITY)) == top]
+
+
+def frame_state(frame: Frame) -> str:
+    """The most urgent verdict state of one frame ("none" before the diagnosis answers)."""
+    top = worst(frame.verdicts)
+    return top[0].state if top else "none"
+
+
+def _dur(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` word-wrapped to ``width``, hanging indent; long words are broken, never cut."""
+    return textwrap.wrap(
+        text,
+        max(len(first) + 4, width),
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+    ) or [first.rstrip()]
+
+
+# A line of the panel: runs of (text, Rich style or a "verdict-panel--" component class).
+PanelLine = list[tuple[str, str]]
+
+
+class VerdictPanel(Widget):
+    """Most urgent verdict first: title and history strip, then every evidence line and fix.
+
+    The state is a CSS class (``-busy_but_starving``, ``-ok``, ...) so colours come
+    from theme variables and NO_COLOR still leaves the state's name readable.
+    """
+
+    DEFAULT_CSS = """
+    VerdictPanel {
+        height: 1;
+        padding: 0 1;
+        background: $boost;
+        color: $text-muted;
+    }
+    VerdictPanel.-ok { color: $text-success; background: $success-muted; }
+    VerdictPanel.-idle { color: $text-muted; background: $boost; }
+    VerdictPanel.-unknown { color: $text-primary; background: $primary-muted; }
+    VerdictPanel.-low_sm_efficiency { color: $text-warning; background: $warning-muted; }
+    VerdictPanel.-throttled { color: $text-accent; background: $accent-muted; }
+    VerdictPanel.-input_bound { color: $text; background: $warning-muted; }
+    VerdictPanel.-busy_but_starving { color: $text; background: $error-muted; }
+    VerdictPanel > .verdict-panel--busy_but_starving { color: $text-error; text-style: bold; }
+    VerdictPanel > .verdict-panel--input_bound { color: $text-warning; }
+    VerdictPanel > .verdict-panel--throttled { color: $text-accent; }
+    VerdictPanel > .verdict-panel--low_sm_efficiency { color: $text-warning; }
+    VerdictPanel > .verdict-panel--unknown { color: $text-primary; }
+    VerdictPanel > .verdict-panel--idle { color: $text-muted; }
+    VerdictPanel > .verdict-panel--ok { color: $text-success; }
+    VerdictPanel > .verdict-panel--none { color: $text-disabled; }
+    """
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"verdict-panel--{s}" for s in STRIP_GLYPHS}
+
+    def __init__(self, *, id: str | None = None) -> None:
+        self._glyph_styles: dict[str, Style] = {}
+        super().__init__(id=id)
+        self._state = "none"
+        self._verdicts: tuple[Verdict, ...] = ()
+        self._has_gpus = True
+        self._strip: list[str] = []
+        self._run_s = 0.0
+        self.expanded = False
+        self.max_lines = 3
+        self.max_expanded = 12
+        self._all: list[PanelLine] = []
+        self._shown: list[PanelLine] = []
+        self._width = 0
+
+    @property
+    def state(self) -> str:
+        """The state the panel shows now ("none" before any verdict, "no_gpu" without GPUs)."""
+        return self._state
+
+    @property
+    def total_lines(self) -> int:
+        """How many lines the whole verdict takes at the current width."""
+        return len(self._all)
+
+    @property
+    def fits(self) -> bool:
+        """True when every line is on screen (nothing hidden behind "more")."""
+        return len(self._shown) >= len(self._all)
+
+    def fixes(self) -> list[str]:
+        """The fixes of the verdicts shown, each once, most urgent first."""
+        out: list[str] = []
+        for v in self._ordered():
+            for fix in v.fixes:
+                if fix not in out:
+                    out.append(fix)
+        return out
+
+    def fit(self, max_lines: int, max_expanded: int) -> None:
+        """Lines the panel may take folded and expanded (the app sets them on resize)."""
+        if (max_lines, max_expanded) != (self.max_lines, self.max_expanded):
+            self.max_lines, self.max_expanded = max_lines, max_expanded
+            self._relayout(force=True)
+
+    def toggle(self) -> None:
+        """Expand to every line, or fold back."""
+        self.expanded = not self.expanded
+        self.set_class(self.expanded, "-expanded")
+        self._relayout(force=True)
+
+    def show(
+        self, verdicts: Sequence[Verdict], history: Iterable[Frame], has_gpus: bool = True
+    ) -> None:
+        """Take the newest frame's verdicts and the window's frames (for the strip)."""
+        top = worst(verdicts)
+        state = top[0].state if top else ("none" if has_gpus else "no_gpu")
+        if state != self._state:
+            self.remove_class(f"-{self._state}")
+            self.add_class(f"-{state}")
+            self._state = state
+        self._verdicts = tuple(verdicts)
+        self._has_gpus = has_gpus
+        frames = list(history)
+        self._strip = [frame_state(f) for f in frames[-240:]]
+        self._run_s = 0.0
+        if frames and self._strip:
+            last = self._strip[-1]
+            start = frames[-1]
+            for f, s in zip(reversed(frames[-240:]), reversed(self._strip), strict=True):
+                if s != last:
+                    break
+                start = f
+            self._run_s = frames[-1].t - start.t + (frames[-1].interval or 0.0)
+        self._relayout()
+
+    # ---- layout -------------------------------------------------------------
+
+    def on_resize(self) -> None:
+        self._relayout(force=True)
+
+    def _relayout(self, force: bool = False) -> None:
+        width = self.content_size.width or max(1, self.app.size.width - 2)
+        self._width = width
+        self._all = self._build(width)
+        room = self.max_expanded if self.expanded else self.max_lines
+        if self._state in (*CALM, "none", "no_gpu") and not self.expanded:
+            room = 1
+        room = max(1, room)
+        if len(self._all) <= room:
+            shown = list(self._all)
+        else:
+            hidden = len(self._all) - (room - 1)
+            shown = self._all[: room - 1] if room > 1 else []
+            more = (
+                f"▾ {hidden} more line{'s' if hidden != 1 else ''} — v or click to expand"
+                if not self.expanded
+                else f"… {hidden} more lines do not fit this terminal"
+            )
+            if room == 1:
+                # One line: the title, with the hint at its end.
+                title = list(self._all[0])
+                title.append((f"  ▾{hidden} v", "bold"))
+                shown = [title]
+            else:
+                shown.append([(more, "italic")])
+        if self.expanded and len(self._all) > 1 and len(self._all) <= room:
+            shown = list(self._all)
+        if shown == self._shown and not force:
+            return
+        height_changed = len(shown) != len(self._shown)
+        self._shown = shown
+        if height_changed:
+            self.styles.height = len(shown)
+        self.refresh(layout=height_changed)
+
+    def _ordered(self) -> list[Verdict]:
+        rank = {s: i for i, s in enumerate(SEVERITY)}
+        return sorted(self._verdicts, key=lambda v: (rank.get(v.state, len(SEVERITY)), v.gpu))
+
+    def _build(self, width: int) -> list[PanelLine]:
+        if self._state == "no_gpu":
+            return [[("no GPU to judge — host signals only (the status line says why)", "")]]
+        if self._state == "none":
+            return [[("no verdict yet — diagnosis needs a few frames", "")]]
+        ordered = self._ordered()
+        top = worst(ordered)
+        v = top[0]
+        title: PanelLine = []
+        mark = "✓" if v.state in CALM else "▲"
+        title.append((f"{mark} {TITLES.get(v.state, v.state.upper())}", "bold"))
+        title.append((f"  GPU {','.join(str(x.gpu) for x in top)}", ""))
+        if v.efficiency is not None:
+            title.append((f"  efficiency {v.efficiency:.2f}", ""))
+        if self._run_s > 0:
+            title.append((f"  for {_dur(self._run_s)}", ""))
+        lines = [self._with_strip(title, width)]
+        if v.state in CALM:
+            if v.evidence:
+                lines += [[(x, "")] for x in wrap(v.evidence[0], width, "  ", "  ")]
+            return lines
+        for verdict in ordered:
+            if verdict in top:
+                prefix = ""
+            elif verdict.state in CALM:
+                continue
+            else:
+                head = f"GPU {verdict.gpu} {TITLES.get(verdict.state, verdict.state.upper())}"
+                lines.append([(head, "bold")])
+                prefix = "  "
+            for ev in verdict.evidence:
+                label = f"GPU {verdict.gpu}: " if len(top) > 1 and verdict in top else ""
+                lines += [[(x, "")] for x in wrap(label + ev, width, prefix + "• ", prefix + "  ")]
+            for k, fix in enumerate(verdict.fixes, start=1):
+                tag = "fix: " if len(verdict.fixes) == 1 else f"fix {k}: "
+                wrapped = wrap(fix, width, prefix + tag, prefix + " " * len(tag))
+                for j, x in enumerate(wrapped):
+                    if j == 0:
+                        cut = len(prefix) + len(tag)
+                        lines.append([(x[:cut], "bold"), (x[cut:], "")])
+                    else:
+                        lines.append([(x, "")])
+        return lines
+
+    def _with_strip(self, title: PanelLine, width: int) -> PanelLine:
+        used = sum(len(t) for t, _ in title)
+        room = width - used - 2
+        if room < STRIP_MIN_W or not self._strip:
+            return title
+        states = self._strip[-room:]
+        line = list(title)
+        line.append((" " * (width - used - len(states)), ""))
+        run_text, run_style = "", ""
+        for s in states:
+            style = f"verdict-panel--{s}" if s in STRIP_GLYPHS else ""
+            if style != run_style and run_text:
+                line.append((run_text, run_style))
+                run_text = ""
+            run_style = style
+            run_text += STRIP_GLYPHS.get(s, "?")
+        if run_text:
+            line.append((run_text, run_style))
+        return line
+
+    # ---- rendering ----------------------------------------------------------
+
+    def notify_style_update(self) -> None:
+        self._glyph_styles = {}
+        super().notify_style_update()
+
+    def _style(self, name: str) -> Style | str | None:
+        if not name.startswith("verdict-panel--"):
+            return name or None
+        style = self._glyph_styles.get(name)
+        if style is None:
+            style = self._glyph_styles[name] = self.get_component_rich_style(name, partial=True)
+        return style
+
+    def render(self) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis", end="")
+        for y, line in enumerate(self._shown):
+            if y:
+                text.append("\n")
+            for run, style in line:
+                text.append(run, style=self._style(style))
+        return text
+
+    @property
+    def text(self) -> str:
+        """Every line of the verdict as plain text, hidden ones included."""
+        return "\n".join("".join(t for t, _ in line) for line in self._all)
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or event.chain != 1:
+            return
+        # The title and the "more" line toggle; the others stay free for selecting text.
+        if offset.y == 0 or (offset.y == len(self._shown) - 1 and not self.fits):
+            self.toggle()
