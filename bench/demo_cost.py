@@ -28,7 +28,7 @@ def main() -> None:
     seconds = float(args[0]) if args else 5.0
     print(
         f"{'scenario':<16} {'job CPU%':>8} {'hogs CPU%':>9} {'GPU_UTIL':>8} {'SM%':>5}"
-        f" {'trainer runq%':>13}  verdict"
+        f" {'trainer runq%':>13} {'input%':>6} {'irq%':>5}  verdict"
     )
     for name in SCENARIOS:
         out = subprocess.run(

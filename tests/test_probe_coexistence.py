@@ -179,8 +179,9 @@ def baseline() -> tuple[int, int]:
         # Not gputop's doing (none runs yet): a program elsewhere on this shared
         # machine drops these events (an older gputop does), so nothing can be compared.
         pytest.skip(f"perf sees no sched events even alone; BPF held by: {_bpf_holders()}")
-    # Each round trip: both processes block once and are woken once.
-    assert switches >= 2 * ROUND_TRIPS and wakeups >= 2 * ROUND_TRIPS, (switches, wakeups)
+    # Each round trip: both processes block once, two switches. A wake-up happens
+    # only when the reader was already asleep: timing decides, about 1 to 2 per trip.
+    assert switches >= 2 * ROUND_TRIPS and wakeups >= ROUND_TRIPS, (switches, wakeups)
     return switches, wakeups
 
 
@@ -196,7 +197,9 @@ def test_perf_records_every_event_while_gputop_runs(
         switches, wakeups = _count_events(tmp_path)
     print(f"{setup}: switches {switches} wakeups {wakeups}; alone {baseline}")
     assert switches == pytest.approx(baseline[0], rel=0.03)
-    assert wakeups == pytest.approx(baseline[1], rel=0.03)
+    # Wake-ups depend on who is asleep when the token arrives: compare loosely
+    # (a program that drops events leaves none).
+    assert wakeups == pytest.approx(baseline[1], rel=0.15)
 
 
 def test_a_program_that_returns_zero_blinds_perf(baseline: tuple[int, int], tmp_path: Path) -> None:

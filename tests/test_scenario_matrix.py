@@ -153,7 +153,8 @@ def _record(env: dict[str, str], bpf: bool) -> list[dict[str, object]]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        # A loaded host can take a minute to end the probe's child at exit.
+        timeout=300,
         check=True,
         start_new_session=True,
         preexec_fn=_boost_own_session,
