@@ -465,3 +465,10 @@ def test_eight_gpus_from_the_real_nvml_library_fill_the_compact_list(tmp_path: P
                     assert "n/a" in line
 
     asyncio.run(run())
+
+
+def test_a_resize_before_the_gpu_area_has_its_children_is_kept_for_later() -> None:
+    # At start-up (or while exiting) the app can pass on a resize before GpuArea composed.
+    area = GpuArea()
+    area.fit(60, 6)
+    assert (area.width, area.budget) == (60, 6)

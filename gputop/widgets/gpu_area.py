@@ -195,10 +195,17 @@ class GpuArea(Widget):
             # The mode that was hidden did no work; fill it now, not on the next tick.
             self.show(*self._last)
 
+    def on_mount(self) -> None:
+        # A resize can reach fit() before the children exist; lay them out now.
+        self._choose()
+
     def _layout_grid(self) -> None:
         n = self.count
         cols = max(1, min(n, self.width // PANEL_MIN_W))
-        grid = self.query_one(Grid)
+        grids = self.query(Grid)
+        if not grids:
+            return
+        grid = grids.first()
         grid.styles.grid_size_columns = cols
         grid.styles.grid_size_rows = -(-n // cols)
         grid.styles.grid_rows = "3" if self._uuids == (None,) else str(PANEL_H)
