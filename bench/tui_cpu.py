@@ -61,6 +61,8 @@ def child(interval_s: float, n_procs: int) -> None:
 
     class FixtureFeed:
         live = True
+        # Feed protocol: the app checks every few seconds why the feed stopped (it never does).
+        error: BaseException | None = None
 
         def __init__(self) -> None:
             self.stop_event = threading.Event()
