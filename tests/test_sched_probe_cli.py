@@ -10,6 +10,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,7 +98,20 @@ def _probe_settled(frame: dict[str, Any]) -> bool:
 @pytest.mark.root
 @needs_root_bcc
 def test_record_as_root_switches_to_bpf_after_compiling():
-    frames = _record_until(gputop_cmd("record", "--interval", "0.5"), _probe_settled)
+    # A process that both runs and sleeps, so a quiet machine still shows one.
+    busy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nwhile True:\n t=time.time()\n"
+            " while time.time()-t<0.02: pass\n time.sleep(0.02)",
+        ]
+    )
+    try:
+        frames = _record_until(gputop_cmd("record", "--interval", "0.5"), _probe_settled)
+    finally:
+        busy.kill()
+        busy.wait()
     assert frames
     bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
     assert bpf, [f["sources"] for f in frames]

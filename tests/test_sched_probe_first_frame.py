@@ -67,6 +67,7 @@ def test_every_frame_from_the_first_matches_the_kernel():
     probe = BpfSchedProbe(compile_nice=0)
     sampler = Sampler(procs=ProcSource(top_n=100_000), probe=probe, interval_s=TICK_S)
     rows = []
+    ticks = []
     try:
         time.sleep(0.3)
         sampler.open()  # starts compiling; the frames meanwhile come from /proc
@@ -81,6 +82,7 @@ def test_every_frame_from_the_first_matches_the_kernel():
             # counters do not move until SIGCONT.
             t = time.monotonic()
             frame = sampler.tick()
+            ticks.append(frame)
             ref = (t, *_schedstat(victim.pid))
             os.kill(victim.pid, signal.SIGCONT)
             row = {p.pid: p for p in frame.processes}.get(victim.pid)
@@ -106,10 +108,12 @@ def test_every_frame_from_the_first_matches_the_kernel():
             round(ref_runq, 1),
         )
     # /proc first, then eBPF for good: the switch happens once.
-    first_bpf = kinds.index("bpf")
-    assert first_bpf > 0 and set(kinds[first_bpf:]) == {"bpf"}, kinds
+    assert set(kinds[kinds.index("bpf") :]) == {"bpf"}, kinds
+    every = [f.sources.sched for f in ticks]
+    first_bpf = every.index("bpf")
+    assert first_bpf > 0 and set(every[first_bpf:]) == {"bpf"}, every
     # The tick between attaching and the first full interval says so.
-    switch = rows[first_bpf - 1][0]
+    switch = ticks[first_bpf - 1]
     assert any(ATTACHED_NOTE in n for n in switch.sources.notes), switch.sources
     for f, r, ref_off, ref_runq in rows:
         assert r.sched_source == f.sources.sched, (f.sources, r)
