@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from bpfutil import held_by_anyone, held_prog_ids
 
 from gputop.sources.bcc_loader import find_bcc
 
@@ -104,32 +105,6 @@ class PtyGputop:
         return self.out.decode(errors="replace")
 
 
-def _own_prog_ids(pid: int) -> set[int]:
-    """BPF program ids the process holds an fd on (its fdinfo's prog_id lines)."""
-    ids: set[int] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fdinfo")
-    except OSError:
-        return ids
-    for fd in fds:
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
-                for line in fh:
-                    if line.startswith("prog_id:"):
-                        ids.add(int(line.split()[1]))
-        except OSError:
-            continue
-    return ids
-
-
-def _held_by_anyone() -> set[int]:
-    held: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            held |= _own_prog_ids(int(entry))
-    return held
-
-
 def _probe_progs() -> set[int]:
     """Ids of loaded programs named like gputop's probe, as `bpftool prog show` lists them."""
     assert BPFTOOL is not None
@@ -179,14 +154,14 @@ def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
     elif moment == "probe-compile":
         # the compile-and-attach child runs; no program has reached gputop yet
         g.wait_for(lambda: bool(_compilers(pid)))
-        assert not _own_prog_ids(pid), "signal meant for the compile came after the handover"
+        assert not held_prog_ids(pid), "signal meant for the compile came after the handover"
     else:
-        g.wait_for(lambda: bool(_own_prog_ids(pid)) and g.drawn(FIRST_FRAME))
-        seen = _own_prog_ids(pid)
+        g.wait_for(lambda: bool(held_prog_ids(pid)) and g.drawn(FIRST_FRAME))
+        seen = held_prog_ids(pid)
     helpers = _compilers(pid)
     for helper in helpers:
-        seen |= _own_prog_ids(helper.pid)
-    seen |= _own_prog_ids(pid)
+        seen |= held_prog_ids(helper.pid)
+    seen |= held_prog_ids(pid)
     g.proc.send_signal(sig)
     rc = g.finish()
     # The compile child dies with gputop (PR_SET_PDEATHSIG); its fds go with it.
@@ -196,7 +171,7 @@ def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
     assert "Traceback" not in g.text(), g.text()[-3000:]
     after = _probe_progs()
     assert not (seen & after), f"programs {seen & after} still loaded after gputop exited"
-    leaked = (after - before) - _held_by_anyone()
+    leaked = (after - before) - held_by_anyone()
     assert not leaked, f"programs {leaked} loaded during the run and held by no process"
 
 
