@@ -42,7 +42,8 @@ from gputop.messages import (
     ViewChanged,
 )
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
-from gputop.model.history import History
+from gputop.model.framestore import FrameStore
+from gputop.model.history import DEPARTED_KEEP_S, History
 from gputop.procctl import signal_process
 from gputop.runtime import Options
 from gputop.screens.help import HelpScreen
@@ -229,6 +230,7 @@ class GputopApp(App[int]):
         redact: bool = True,
         config: Config | None = None,
         stopper: LoopStopper | None = None,
+        diagnosis_window_s: float = DEPARTED_KEEP_S,
     ) -> None:
         super().__init__()
         self.feed = feed
@@ -237,7 +239,8 @@ class GputopApp(App[int]):
         self.interval_s = interval_s
         self.readonly = readonly
         self.redact = redact
-        self.history = History(HISTORY_WINDOW_S, interval_s)
+        # A process that left is remembered for as long as the diagnosis may still judge it.
+        self.history = History(HISTORY_WINDOW_S, interval_s, keep_departed_s=diagnosis_window_s)
         # Published after every render, for screens that draw from the history (drill-down).
         self.history_updated: Signal[History] = Signal(self, "history_updated")
         self.timeline: list[Frame] = []
@@ -365,7 +368,8 @@ class GputopApp(App[int]):
         for frame in self.timeline[
             max(0, self.cursor + 1 - self.history.capacity) : self.cursor + 1
         ]:
-            self.history.add(frame)
+            # The timeline keeps every frame: the history references them, no encoding.
+            self.history.add(frame, held=True)
         self.render_frame()
 
     # ---- rendering ------------------------------------------------------------
@@ -376,7 +380,7 @@ class GputopApp(App[int]):
         if frame is not None:
             self.query_one(HostHeader).show(frame.host, frame.processes)
             self.query_one(VerdictPanel).show(
-                frame.verdicts, self.history.frames, has_gpus=bool(frame.gpus)
+                frame.verdicts, self.history.ticks, has_gpus=bool(frame.gpus)
             )
             self.query_one(GpuArea).show(frame, self.history)
             self.query_one(TrainerWaitBars).show(frame.processes)
@@ -549,14 +553,15 @@ class GputopApp(App[int]):
         self.notify(event.outcome.message, markup=False)
 
     def action_snapshot(self) -> None:
-        frames = list(self.history.frames)
-        if not frames:
+        if not self.history:
             self.notify("nothing to snapshot yet", severity="warning")
             return
+        # A copy: the worker reads the window while new frames go on arriving.
+        frames = self.history.store.copy()
         self._write_snapshot(frames, self.feed.statuses(), self.export_screenshot())
 
     @work(thread=True, exclusive=True, group="snapshot")
-    def _write_snapshot(self, frames: list[Frame], statuses: list[SourceStatus], svg: str) -> None:
+    def _write_snapshot(self, frames: FrameStore, statuses: list[SourceStatus], svg: str) -> None:
         # Host facts (NVML versions included) are read here, off the UI thread.
         from gputop import snapshot
 
@@ -618,6 +623,7 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
             redact=not getattr(args, "no_redact", False),
             config=config,
             stopper=stopper,
+            diagnosis_window_s=opts.thresholds.window_s,
         )
         result = app.run()
     if stopper.status is not None:

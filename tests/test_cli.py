@@ -106,6 +106,7 @@ def test_core_modules_never_import_textual():
     mods = [
         "gputop.model.frame",
         "gputop.model.history",
+        "gputop.model.framestore",
         "gputop.model.roles",
         "gputop.sources.procfs",
         "gputop.sources.base",

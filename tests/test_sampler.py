@@ -139,25 +139,27 @@ def test_history_is_bounded_and_series_share_one_time_axis(tmp_path):
     assert h.gpu_series("GPU-x", "util") == [90.0] * 5
     assert h.gpu_series("GPU-x", "sm_active") == [10.0] * 5
     assert h.gpu_series("GPU-x", "power_pct") == [25.0] * 5
-    assert len(h.proc_series((100, 1000), "cpu_pct")) == 5
+    assert len(h.proc_series((100, 1000), "preempt_per_s")) == 5
     assert h.gpu_series("GPU-unknown", "util") == []
 
 
-def test_history_pads_late_and_gone_entries_with_none(tmp_path):
+def test_history_series_start_at_first_sight_and_the_departed_are_forgotten(tmp_path):
     tree = FakeProcTree(tmp_path / "proc")
     tree.write(FakeProc(100, comm=WORKER))
     s = Sampler(procs=ProcSource(str(tree.root)))
-    h = History(window_s=4, interval_s=1)
+    h = History(window_s=4, interval_s=1, keep_departed_s=2)
     h.add(s.tick())
     tree.write(FakeProc(200, start=5, comm=WORKER))
     h.add(s.tick())
     tree.remove(100)
     h.add(s.tick())
-    assert h.proc_series((200, 5), "cpu_pct") == [None, 0.0, 0.0]
-    assert h.proc_series((100, 1000), "cpu_pct") == [0.0, 0.0, None]
-    for _ in range(4):
-        h.add(s.tick())
-    assert h.proc_series((100, 1000), "cpu_pct") == []  # gone a whole window: dropped
+    assert h.proc_series((200, 5), "preempt_per_s") == [0.0, 0.0]  # no padding before it came
+    assert h.proc_series((100, 1000), "preempt_per_s") == [0.0, 0.0, None]
+    h.add(s.tick())
+    assert h.proc_series((100, 1000), "preempt_per_s") == [0.0, 0.0, None, None]
+    h.add(s.tick())
+    assert h.proc_series((100, 1000), "preempt_per_s") == []  # gone longer than keep_departed_s
+    assert h.latest((100, 1000)) is None and h.preempt_since_watch((100, 1000), 5) is None
 
 
 class BrokenProcs(ProcSource):

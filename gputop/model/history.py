@@ -1,29 +1,123 @@
-"""Bounded history: the last N frames and per-metric ring buffers on one time axis."""
+"""Bounded history: the window's frames (compact), their times and verdicts, per-metric series.
+
+Memory follows what is shown and judged, not how many processes ever ran: a
+process's series start when it first appears (no padding for the frames before),
+stop growing when it leaves, and are dropped once it has been gone for the
+diagnosis window, unless an open view pins it (the drill-down of a process that
+exited keeps its charts until it is closed).
+"""
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Iterator
+from array import array
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from gputop.model.frame import Frame
+from gputop.model.diagnosis import Thresholds
+from gputop.model.frame import Frame, ProcessSample, Verdict, VerdictState
+from gputop.model.framestore import FrameStore
 
 GPU_METRICS = ("util", "sm_active", "power_pct", "mem_util")
-PROC_METRICS = ("cpu_pct", "offcpu_pct", "runq_pct", "preempt_per_s")
+# What the drill-down draws: the time split, run-queue and preemptions.
+PROC_METRICS = (
+    "offcpu_pct",
+    "runq_pct",
+    "preempt_per_s",
+    "wait_input_pct",
+    "wait_irq_pct",
+    "wait_thread_pct",
+    "wait_other_pct",
+)
+_GPU_INDEX = {m: i for i, m in enumerate(GPU_METRICS)}
+_PROC_INDEX = {m: i for i, m in enumerate(PROC_METRICS)}
+DEPARTED_KEEP_S = Thresholds().window_s
+"""How long a process that left the frames keeps its series: the diagnosis window."""
 
-Series = deque[float | None]
+ProcKey = tuple[int, int]
+_NAN = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What the window keeps of every frame as objects: its time, span and verdict states."""
+
+    t: float
+    interval: float
+    states: tuple[VerdictState, ...]
+    """The distinct states of the frame's verdicts, sorted; () before any verdict."""
+
+
+class _Series:
+    """Several metrics for a run of consecutive frames, interleaved in one array of doubles.
+
+    Row ``r`` holds frame number ``end - rows + r``; NaN stands for ``None`` (absent,
+    or cannot report). Doubles, not float objects: 8 bytes a value instead of 32,
+    and the values come back exactly as sampled.
+    """
+
+    __slots__ = ("end", "values", "width")
+
+    def __init__(self, width: int, end: int) -> None:
+        self.width = width
+        self.end = end
+        self.values = array("d")
+
+    @property
+    def rows(self) -> int:
+        return len(self.values) // self.width
+
+    def put(self, n: int, row: Sequence[float | None], capacity: int) -> None:
+        """The row of frame ``n`` (the newest so far); frames missed since are NaN rows."""
+        gap = n - self.end
+        if gap >= capacity:
+            del self.values[:]
+        elif gap > 0:
+            self.values.extend(array("d", [_NAN]) * (gap * self.width))
+        self.values.extend([_NAN if v is None else v for v in row])
+        self.end = n + 1
+        excess = self.rows - capacity
+        # Trimmed in batches: deleting from the front moves the whole array.
+        if excess > capacity // 8:
+            del self.values[: excess * self.width]
+
+    def column(self, index: int, n: int, capacity: int) -> list[float | None]:
+        """Metric ``index`` over the window of ``capacity`` frames ending before frame ``n``.
+
+        From the first row in the window to frame ``n - 1``, with None after the
+        newest row (gone since); [] when no row is left in the window.
+        """
+        first = self.end - self.rows
+        start = max(first, n - capacity)
+        if start >= self.end:
+            return []
+        values = self.values[(start - first) * self.width + index :: self.width]
+        out: list[float | None] = [None if v != v else v for v in values]
+        out.extend([None] * (n - self.end))
+        return out
 
 
 class History:
-    """Frames and series for a fixed window (default 10 minutes).
+    """The last ``window_s`` of frames (default 10 minutes) and their series, bounded.
 
-    Every series is appended once per frame, with ``None`` where a GPU or process
-    was absent or could not report, so all series share the frames' time axis.
-    A process's series are dropped once it has been gone for a whole window.
+    - ``store``: every frame of the window, encoded once when added (snapshot bundles).
+    - ``ticks``: each frame's time, interval and verdict states (the verdict strip, chart axes).
+    - ``last``: the newest frame as objects, threads included.
+    - series per GPU and per process, from the first frame that held it; a process
+      gone for ``keep_departed_s`` is forgotten unless pinned (``pin``).
     """
 
-    def __init__(self, window_s: float = 600.0, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        window_s: float = 600.0,
+        interval_s: float = 1.0,
+        keep_departed_s: float = DEPARTED_KEEP_S,
+    ) -> None:
         self.window_s = window_s
+        self.keep_departed_s = keep_departed_s
+        # Processes an open view shows; kept across reset() (a replay seek refills them).
+        self._pins: Counter[ProcKey] = Counter()
         self.reset(interval_s)
 
     def reset(self, interval_s: float) -> None:
@@ -32,89 +126,117 @@ class History:
         Replay seeking refills the same History, so whoever holds it (an open
         drill-down) sees the new window without being handed a new object.
         """
-        self.capacity = max(2, math.ceil(self.window_s / max(0.1, interval_s)))
-        self.frames: deque[Frame] = deque(maxlen=self.capacity)
-        self._gpu: dict[str, dict[str, Series]] = {}
-        self._proc: dict[tuple[int, int], dict[str, Series]] = {}
-        self._proc_last: dict[tuple[int, int], int] = {}
+        step = max(0.1, interval_s)
+        self.capacity = max(2, math.ceil(self.window_s / step))
+        self.linger = max(1, math.ceil(self.keep_departed_s / step))
+        self.store = FrameStore(self.capacity)
+        self.ticks: deque[Tick] = deque(maxlen=self.capacity)
+        self._gpu: dict[str, _Series] = {}
+        self._proc: dict[ProcKey, _Series] = {}
+        self._latest: dict[ProcKey, ProcessSample] = {}
         # preempt_total when each process was first seen: the start of "since watching".
-        self.preempt_base: dict[tuple[int, int], int] = {}
+        self.preempt_base: dict[ProcKey, int] = {}
+        self._state_sets: dict[tuple[VerdictState, ...], tuple[VerdictState, ...]] = {}
         self._n = 0
 
     def __len__(self) -> int:
-        return len(self.frames)
-
-    def __iter__(self) -> Iterator[Frame]:
-        return iter(self.frames)
+        return len(self.ticks)
 
     @property
     def last(self) -> Frame | None:
-        return self.frames[-1] if self.frames else None
+        return self.store.last
 
-    def _new(self) -> Series:
-        pad = min(self._n, self.capacity)
-        return deque([None] * pad, maxlen=self.capacity)
-
-    def add(self, frame: Frame) -> None:
-        """Append one frame to every series."""
-        self.frames.append(frame)
-        seen_gpu = set()
+    def add(self, frame: Frame, *, held: bool = False) -> None:
+        """Append one frame: to the store (``held``: referenced, see FrameStore), ticks, series."""
+        n, cap = self._n, self.capacity
+        self.store.append(frame, held=held)
+        self.ticks.append(Tick(frame.t, frame.interval, self._states(frame.verdicts)))
         for g in frame.gpus:
-            series = self._gpu.get(g.uuid)
-            if series is None:
-                series = self._gpu[g.uuid] = {m: self._new() for m in GPU_METRICS}
-            seen_gpu.add(g.uuid)
-            series["util"].append(g.util)
-            series["sm_active"].append(g.sm_active)
-            series["power_pct"].append(g.power_pct)
-            series["mem_util"].append(g.mem_util)
-        for uuid, series in self._gpu.items():
-            if uuid not in seen_gpu:
-                for s in series.values():
-                    s.append(None)
-        seen_proc = set()
+            gs = self._gpu.get(g.uuid)
+            if gs is None:
+                gs = self._gpu[g.uuid] = _Series(len(GPU_METRICS), n)
+            gs.put(n, (g.util, g.sm_active, g.power_pct, g.mem_util), cap)
+        for uuid in [u for u, s in self._gpu.items() if n + 1 - s.end >= cap]:
+            del self._gpu[uuid]
         for p in frame.processes:
             key = p.key
-            series = self._proc.get(key)
-            if series is None:
-                series = self._proc[key] = {m: self._new() for m in PROC_METRICS}
+            ps = self._proc.get(key)
+            if ps is None:
+                ps = self._proc[key] = _Series(len(PROC_METRICS), n)
                 self.preempt_base[key] = p.preempt_total
-            seen_proc.add(key)
-            self._proc_last[key] = self._n
-            for m in PROC_METRICS:
-                series[m].append(getattr(p, m))
-        for key in list(self._proc):
-            if key in seen_proc:
-                continue
-            if self._n - self._proc_last[key] >= self.capacity:
-                del self._proc[key]
-                del self._proc_last[key]
-                self.preempt_base.pop(key, None)
-            else:
-                for s in self._proc[key].values():
-                    s.append(None)
-        self._n += 1
+            ps.put(
+                n,
+                (
+                    p.offcpu_pct,
+                    p.runq_pct,
+                    p.preempt_per_s,
+                    p.wait_input_pct,
+                    p.wait_irq_pct,
+                    p.wait_thread_pct,
+                    p.wait_other_pct,
+                ),
+                cap,
+            )
+            self._latest[key] = p
+        gone = [k for k, s in self._proc.items() if n + 1 - s.end > self.linger]
+        for key in gone:
+            if key not in self._pins:
+                del self._proc[key], self._latest[key], self.preempt_base[key]
+        self._n = n + 1
 
-    def preempt_since_watch(self, key: tuple[int, int], preempt_total: int) -> int | None:
+    def _states(self, verdicts: Sequence[Verdict]) -> tuple[VerdictState, ...]:
+        states = tuple(sorted({v.state for v in verdicts}))
+        # One shared tuple per combination: a window of ticks holds a handful.
+        return self._state_sets.setdefault(states, states)
+
+    def pin(self, key: ProcKey) -> None:
+        """Keep this process's series and newest sample while a view shows it (until unpin)."""
+        self._pins[key] += 1
+
+    def unpin(self, key: ProcKey) -> None:
+        """The view is closed: the process is forgotten once it is gone for the linger time."""
+        self._pins[key] -= 1
+        if self._pins[key] <= 0:
+            del self._pins[key]
+
+    def latest(self, key: ProcKey) -> ProcessSample | None:
+        """The process's newest sample, if it is still remembered (threads included)."""
+        return self._latest.get(key)
+
+    def preempt_since_watch(self, key: ProcKey, preempt_total: int) -> int | None:
         """Preemptions since the process was first seen in this history (None: never seen)."""
         base = self.preempt_base.get(key)
         return None if base is None else max(0, preempt_total - base)
 
     def gpu_series(self, uuid: str, metric: str) -> list[float | None]:
-        """One GPU metric over the window, oldest first ([] for an unknown GPU)."""
+        """One GPU metric from its first frame in the window to the newest ([]: unknown GPU)."""
         series = self._gpu.get(uuid)
-        return list(series[metric]) if series else []
-
-    def proc_series(self, key: tuple[int, int], metric: str) -> list[float | None]:
-        """One process metric over the window, oldest first ([] for an unknown process)."""
-        series = self._proc.get(key)
-        return list(series[metric]) if series else []
-
-    def recent(self, seconds: float) -> list[Frame]:
-        """Frames whose end time lies within the last ``seconds``, oldest first."""
-        if not self.frames:
+        if series is None:
             return []
-        cutoff = self.frames[-1].t - seconds
-        out = [f for f in reversed(self.frames) if f.t > cutoff]
-        out.reverse()
-        return out
+        return series.column(_GPU_INDEX[metric], self._n, self.capacity)
+
+    def proc_series(self, key: ProcKey, metric: str) -> list[float | None]:
+        """One process metric from its first frame in the window to the newest frame.
+
+        None where it was absent or could not report; [] for a process not (or no
+        longer) remembered. The values line up with the last ``len()`` ticks.
+        """
+        series = self._proc.get(key)
+        if series is None:
+            return []
+        return series.column(_PROC_INDEX[metric], self._n, self.capacity)
+
+    def footprint(self) -> dict[str, int]:
+        """Entries in every structure the history holds (counts, for tests and benches)."""
+        return {
+            "frames": len(self.store),
+            "frame_bytes": self.store.nbytes,
+            "ticks": len(self.ticks),
+            "gpus": len(self._gpu),
+            "processes": len(self._proc),
+            "latest": len(self._latest),
+            "preempt_base": len(self.preempt_base),
+            "pins": len(self._pins),
+            "state_sets": len(self._state_sets),
+            "longest_series_rows": max((s.rows for s in self._proc.values()), default=0),
+        }

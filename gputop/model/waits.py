@@ -57,18 +57,37 @@ def _clamp(v: float) -> float:
 
 def wait_split(p: ProcessSample) -> WaitSplit | None:
     """The split of ``p``'s main thread; None where its off-CPU share is unknown."""
-    if p.offcpu_pct is None:
+    return split_of(
+        p.offcpu_pct,
+        p.runq_pct,
+        p.wait_input_pct,
+        p.wait_irq_pct,
+        p.wait_thread_pct,
+        p.wait_other_pct,
+    )
+
+
+def split_of(
+    offcpu_pct: float | None,
+    runq_pct: float | None,
+    wait_input_pct: float | None,
+    wait_irq_pct: float | None,
+    wait_thread_pct: float | None,
+    wait_other_pct: float | None,
+) -> WaitSplit | None:
+    """The split from a process's numbers (a sample's, or one point of its series)."""
+    if offcpu_pct is None:
         return None
-    off = _clamp(p.offcpu_pct)
-    runq = _clamp(min(off, p.runq_pct or 0.0))
+    off = _clamp(offcpu_pct)
+    runq = _clamp(min(off, runq_pct or 0.0))
     cpu = 100.0 - off
-    if p.wait_input_pct is None:
+    if wait_input_pct is None:
         parts = {"cpu": cpu, "runq": runq, "blocked": max(0.0, off - runq)}
         return WaitSplit(False, tuple(Segment(k, LABELS[k], parts[k]) for k in PROC_KEYS))
     blocked = max(0.0, off - runq)
-    inp = max(0.0, p.wait_input_pct)
-    irq = max(0.0, p.wait_irq_pct or 0.0)
-    rest = max(0.0, (p.wait_thread_pct or 0.0) + (p.wait_other_pct or 0.0))
+    inp = max(0.0, wait_input_pct)
+    irq = max(0.0, wait_irq_pct or 0.0)
+    rest = max(0.0, (wait_thread_pct or 0.0) + (wait_other_pct or 0.0))
     # A stretch is reported under its waker when it ends, so one frame's classes can
     # hold earlier frames' blocked time: scale them into this frame's blocked share.
     # Blocked time no waker is known for yet (still asleep at the tick) counts as other.

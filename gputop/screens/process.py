@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 from typing import ClassVar
 
 from rich.text import Text
@@ -16,15 +17,24 @@ from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
 from gputop.messages import KillRequested, StackDumped
-from gputop.model.frame import Frame, ProcessSample
+from gputop.model.frame import ProcessSample
 from gputop.model.history import History
-from gputop.model.waits import wait_split
+from gputop.model.waits import split_of, wait_split
 from gputop.procctl import pyspy_dump
 
 CHARTS = (
     ("split", "where the time goes %"),
     ("runq_pct", "run-queue %"),
     ("preempt_per_s", "preempt/s"),
+)
+# The series the split chart is drawn from, in split_of's order.
+SPLIT_METRICS = (
+    "offcpu_pct",
+    "runq_pct",
+    "wait_input_pct",
+    "wait_irq_pct",
+    "wait_thread_pct",
+    "wait_other_pct",
 )
 
 
@@ -154,21 +164,22 @@ class ProcessScreen(Screen[None]):
             ("VCSW/s", 6),
         ):
             table.add_column(label, width=width, key=label)
+        # Pinned: if the process exits, its charts stay until this screen is closed.
+        self.history.pin(self.key)
         self.refresh_from_history()
         self._updated.subscribe(self, self._history_updated)
         self.action_stack()
+
+    def on_unmount(self) -> None:
+        self.history.unpin(self.key)
 
     def _history_updated(self, _history: History) -> None:
         self.refresh_from_history()
 
     @property
     def process(self) -> ProcessSample | None:
-        """The process's latest sample within the window."""
-        for frame in reversed(self.history.frames):
-            for p in frame.processes:
-                if p.key == self.key:
-                    return p
-        return None
+        """The process's newest sample (kept by the history while this screen is open)."""
+        return self.history.latest(self.key)
 
     def refresh_from_history(self) -> None:
         """Redraw charts, threads and the side panel from the history window."""
@@ -204,14 +215,14 @@ class ProcessScreen(Screen[None]):
         head.update(t)
 
     def _charts(self) -> None:
-        frames = list(self.history.frames)
-        now = frames[-1].t if frames else 0.0
+        ticks = self.history.ticks
+        now = ticks[-1].t if ticks else 0.0
         for metric, title in CHARTS:
             if metric == "split":
-                self._split_chart(frames, now, title)
+                self._split_chart(now, title)
                 continue
             ys = self.history.proc_series(self.key, metric)
-            ts = [f.t - now for f in frames[-len(ys) :]] if ys else []
+            ts = [tk.t - now for tk in islice(ticks, len(ticks) - len(ys), None)] if ys else []
             pts = [(x, y) for x, y in zip(ts, ys, strict=True) if y is not None]
             plot = self.query_one(f"#plot-{metric}", PlotextPlot)
             plt = plot.plt
@@ -225,19 +236,21 @@ class ProcessScreen(Screen[None]):
                     plt.ylim(0, 100)
             plot.refresh()
 
-    def _split_chart(self, frames: list[Frame], now: float, title: str) -> None:
+    def _split_chart(self, now: float, title: str) -> None:
         """The main thread's time split over the window as stacked areas (on-CPU at the bottom).
 
         Five lines with a legend would not fit a 5-row chart: the areas carry the
         colours of the "last interval" key in the side panel instead.
         """
+        columns = [self.history.proc_series(self.key, m) for m in SPLIT_METRICS]
+        ticks = self.history.ticks
         xs: list[float] = []
         splits = []
-        for f in frames:
-            p = next((q for q in f.processes if q.key == self.key), None)
-            split = None if p is None else wait_split(p)
+        points = zip(islice(ticks, len(ticks) - len(columns[0]), None), *columns, strict=True)
+        for tk, *values in points:
+            split = split_of(*values)
             if split is not None:
-                xs.append(f.t - now)
+                xs.append(tk.t - now)
                 splits.append(split)
         plot = self.query_one("#plot-split", PlotextPlot)
         plt = plot.plt

@@ -21,6 +21,7 @@ from typing import Any
 from gputop import __version__
 from gputop.errors import UsageError
 from gputop.model.frame import Frame
+from gputop.model.framestore import FrameStore
 from gputop.redact import redact as redact_text
 from gputop.snapshot.hostfacts import trainer_torch
 from gputop.snapshot.schema import (
@@ -79,7 +80,7 @@ def _dumps(obj: Any) -> str:
 
 
 def encode_bundle(
-    frames: Sequence[Frame],
+    frames: Sequence[Frame] | FrameStore,
     meta: Mapping[str, Any],
     redact: bool,
     screenshot: str | None = None,
@@ -88,17 +89,22 @@ def encode_bundle(
 ) -> bytes:
     """The bundle's JSON text (docs/snapshot.md).
 
-    The newest frames are kept, as many as fit both ``MAX_FRAMES`` and (with the
+    ``frames`` is a list of frames or the TUI's compact store of its window. The
+    newest frames are kept, as many as fit both ``MAX_FRAMES`` and (with the
     process table and the facts) ``max_bytes``, so every bundle written can be
     loaded; ``window.dropped_frames`` counts the rest.
     """
-    if not frames:
+    last: Frame | None
+    if isinstance(frames, FrameStore):
+        last, newest_first = frames.last, frames.dicts(newest_first=True)
+    else:
+        last = frames[-1] if frames else None
+        newest_first = (f.to_dict() for f in reversed(frames[-MAX_FRAMES:]))
+    if last is None:
         raise UsageError("nothing to snapshot: no frames were sampled")
-    recent = list(frames[-MAX_FRAMES:])
-    last = recent[-1]
     meta_out = dict(meta)
     if "torch" not in meta_out:
-        meta_out["torch"] = trainer_torch(recent)
+        meta_out["torch"] = trainer_torch([last])
     r = _Redactor()
     table = last.to_dict(threads=True)["processes"]
     if redact:
@@ -124,22 +130,24 @@ def encode_bundle(
     # Frames are encoded one by one, newest first, until the size budget is spent.
     budget = max_bytes - len(_dumps(head)) - 4096
     encoded: list[str] = []
-    for f in reversed(recent):
-        d = f.to_dict()
+    times: list[float] = []
+    for d in newest_first:
+        if len(encoded) == MAX_FRAMES:
+            break
         text = _dumps(jsonable(r.frame(d) if redact else d))
         budget -= len(text.encode("utf-8")) + 1
         if budget < 0:
             break
         encoded.append(text)
+        times.append(d["t"])
     if not encoded:
         raise UsageError(f"cannot snapshot: the process table alone exceeds {size_text(max_bytes)}")
     encoded.reverse()
-    kept = recent[len(recent) - len(encoded) :]
     head["window"] = {
-        "start_t": round(kept[0].t, 3),
-        "end_t": round(kept[-1].t, 3),
-        "frames": len(kept),
-        "dropped_frames": len(frames) - len(kept),
+        "start_t": round(times[-1], 3),
+        "end_t": round(times[0], 3),
+        "frames": len(encoded),
+        "dropped_frames": len(frames) - len(encoded),
     }
     # The frames list goes last, spliced in as already-encoded text.
     text = _dumps(head)[:-1] + ',"frames":[' + ",".join(encoded) + "]}"
@@ -215,7 +223,7 @@ def _target(directory: str | None, path: str | None) -> tuple[str, str | None]:
 
 
 def write_bundle(
-    frames: list[Frame],
+    frames: Sequence[Frame] | FrameStore,
     meta: dict[str, Any],
     directory: str | None,
     svg: str | None,

@@ -11,7 +11,8 @@ a user sees when the trouble started.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from itertools import islice
 from typing import ClassVar
 
 from rich.style import Style
@@ -19,7 +20,8 @@ from rich.text import Text
 from textual import events
 from textual.widget import Widget
 
-from gputop.model.frame import Frame, Verdict, VerdictState
+from gputop.model.frame import Verdict, VerdictState
+from gputop.model.history import Tick
 
 # Worst first: the panel leads with the most urgent verdict any GPU has.
 SEVERITY: tuple[VerdictState, ...] = (
@@ -52,6 +54,8 @@ STRIP_GLYPHS = {
     "none": "·",
 }
 STRIP_MIN_W = 8
+# Ticks the strip (and the "for 2m10s" of the current state) looks back over.
+STRIP_TICKS = 240
 CALM = ("ok", "idle")
 
 
@@ -64,10 +68,12 @@ def worst(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return [v for v in verdicts if rank.get(v.state, len(SEVERITY)) == top]
 
 
-def frame_state(frame: Frame) -> str:
+def tick_state(tick: Tick) -> str:
     """The most urgent verdict state of one frame ("none" before the diagnosis answers)."""
-    top = worst(frame.verdicts)
-    return top[0].state if top else "none"
+    if not tick.states:
+        return "none"
+    rank = {s: i for i, s in enumerate(SEVERITY)}
+    return min(tick.states, key=lambda s: rank.get(s, len(SEVERITY)))
 
 
 def _dur(seconds: float) -> str:
@@ -178,9 +184,9 @@ class VerdictPanel(Widget):
         self._relayout(force=True)
 
     def show(
-        self, verdicts: Sequence[Verdict], history: Iterable[Frame], has_gpus: bool = True
+        self, verdicts: Sequence[Verdict], ticks: Sequence[Tick], has_gpus: bool = True
     ) -> None:
-        """Take the newest frame's verdicts and the window's frames (for the strip)."""
+        """Take the newest frame's verdicts and the window's ticks (for the strip)."""
         top = worst(verdicts)
         state = top[0].state if top else ("none" if has_gpus else "no_gpu")
         if state != self._state:
@@ -189,17 +195,17 @@ class VerdictPanel(Widget):
             self._state = state
         self._verdicts = tuple(verdicts)
         self._has_gpus = has_gpus
-        frames = list(history)
-        self._strip = [frame_state(f) for f in frames[-240:]]
+        recent = list(islice(ticks, max(0, len(ticks) - STRIP_TICKS), None))
+        self._strip = [tick_state(tk) for tk in recent]
         self._run_s = 0.0
-        if frames and self._strip:
+        if recent:
             last = self._strip[-1]
-            start = frames[-1]
-            for f, s in zip(reversed(frames[-240:]), reversed(self._strip), strict=True):
+            start = recent[-1]
+            for tk, s in zip(reversed(recent), reversed(self._strip), strict=True):
                 if s != last:
                     break
-                start = f
-            self._run_s = frames[-1].t - start.t + (frames[-1].interval or 0.0)
+                start = tk
+            self._run_s = recent[-1].t - start.t + (recent[-1].interval or 0.0)
         self._relayout()
 
     # ---- layout -------------------------------------------------------------
