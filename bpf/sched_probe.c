@@ -1,6 +1,6 @@
 // gputop's scheduler probe: per-thread and per-process off-CPU time, split into
 // run-queue wait and blocked time, with context-switch counts and a log2
-// histogram of off-CPU stretches. Loaded by bcc (gputop/sources/sched_probe.py).
+// histogram of off-CPU stretches. Loaded by gputop/sources/sched_probe.py.
 //
 // sched:sched_switch does the work; sched:sched_waking classifies who woke a
 // blocked thread (its input pipeline, another thread of its process, interrupt
@@ -13,142 +13,95 @@
 // the event for every perf consumer of that tracepoint (perf record, other
 // tools), and the result of several programs is ANDed.
 //
-// It reads ONLY the tracepoints' own fields (whose layout bcc takes from tracefs
-// at compile time) and helper values. It never reads a kernel struct: the
-// headers it is compiled against may belong to another kernel version, and a
-// struct read at a wrong offset would return garbage without any error.
+// It reads ONLY the tracepoints' own records and helper values, never another
+// kernel struct: the record layouts are relocated by libbpf against the running
+// kernel's BTF (or taken by bcc from tracefs), so no field is read at a wrong
+// offset whatever kernel the program was built against.
 //
 // Everything is aggregated here, in maps; nothing is sent per event. User space
 // reads the maps once per tick and takes differences.
 //
-// Defined by the loader (-D...):
-//   MAX_THREADS, MAX_TGIDS  map bounds (see docs/ebpf.md)
-//   NOT_RUNNABLE_MASK       prev_state bits meaning "not runnable" (S D T t X Z P I),
-//                           read from this kernel's sched_switch print format
-//   DEAD_MASK               prev_state bits of an exiting task (X Z)
-//   HIST_SLOTS              log2 histogram buckets
-//   MAX_PIPELINE            bound of the pipeline/watched maps (user space fills them)
-//   MAX_PREEMPT             bound of the (victim, preemptor) map
-//   MAX_CPUS                bound of the per-CPU waiter slots (possible CPUs)
+// Built two ways from this one file (dialect.h): ahead of time into a CO-RE
+// object that libbpf loads where the kernel has BTF, or by bcc at run time
+// where it has not. Constants and map value layouts shared with user space are
+// in probe_abi.h, generated from gputop/sources/probe_abi.py. What differs per
+// node is set by the loader: the map bounds (MAX_THREADS, MAX_TGIDS,
+// MAX_PIPELINE, MAX_PREEMPT, MAX_CPU_SLOTS) and probe_config: NOT_RUNNABLE_MASK
+// (prev_state bits meaning "not runnable", read from this kernel's sched_switch
+// format), DEAD_MASK (those of an exiting task) and MAX_CPUS (possible CPUs).
 
-#include <uapi/linux/ptrace.h>
+#include "dialect.h"
 
-// Who woke a blocked thread (index of thread_t.wait_ns). Same order in user space.
-#define WAKE_NONE 0    // no sched_waking seen for this stretch
-#define WAKE_INPUT 1   // its input pipeline: a worker or pin-memory thread of its trainer
-#define WAKE_THREAD 2  // another thread of its own process
-#define WAKE_IRQ 3     // interrupt context (timers, device interrupts, IPIs)
-#define WAKE_OTHER 4   // another process
-#define WAKE_CLASSES 5
-
-// Per thread, keyed by tid. Written only around that thread's own switches,
-// which the scheduler serialises, so plain stores are enough.
-struct thread_t {
-    u64 out_ts;      // when it last left a CPU; 0 while on a CPU or unknown
-    u64 wake_ts;     // when it was woken after leaving blocked; 0 if not (yet)
-    u64 in_ts;       // when it last got a CPU; 0 while off or unknown
-    u64 runq_ns;     // runnable, waiting for a CPU: preempted, or woken and not yet run
-    u64 blocked_ns;  // blocked: from a blocking switch-out to its wakeup
-    u64 oncpu_ns;
-    u64 nivcsw;      // switched out runnable (preempted, yielded)
-    u64 nvcsw;       // switched out blocked
-    u64 missed;      // switches the probe did not see (detected afterwards)
-    u64 longest_ns[2];     // longest stretch ended in epoch longest_ep[i]
-    u32 longest_ep[2];
-    u32 tgid;
-    u32 runnable;    // state at the last switch-out
-    // Blocked time by who ended it (WAKE_* below); [WAKE_NONE]: no sched_waking seen.
-    u64 wait_ns[WAKE_CLASSES];
-    u32 wake_class;  // class of the waking that ended the current blocked stretch
-    u32 wait_slot;   // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
-    u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
-    u32 pad;
-};
-
-// Per thread group, keyed by tgid. Threads of a group switch on several CPUs at
-// once, so the shared counters use atomic adds.
-struct group_t {
-    u64 dead_runq_ns;     // totals folded in from threads that have exited
-    u64 dead_blocked_ns;
-    u64 dead_oncpu_ns;
-    u64 dead_nivcsw;
-    u64 dead_nvcsw;
-    u64 dead_missed;
-    u64 longest_ns[2];
-    u32 longest_ep[2];
-    u64 hist[HIST_SLOTS]; // off-CPU stretches by floor(log2(ns))
-};
-
-// Preempted run-queue time of a watched process, per process that took the CPU.
-struct preempt_key_t {
-    u32 victim;  // tgid
-    u32 by;      // tgid (a kernel thread's pid)
-};
-struct preempt_val_t {
-    u64 ns;
-    u64 count;
-};
-
-BPF_HASH(threads, u32, struct thread_t, MAX_THREADS);
-BPF_HASH(groups, u32, struct group_t, MAX_TGIDS);
+// Per thread, keyed by tid.
+GT_HASH(threads, u32, struct thread_t, MAX_THREADS);
+// Per thread group, keyed by tgid.
+GT_HASH(groups, u32, struct group_t, MAX_TGIDS);
 // Threads between sched_process_exit and their last switch-out, so a switch in
 // that window does not create their entries again. LRU: a missed last switch
 // can never fill it.
-BPF_TABLE("lru_hash", u32, u8, exiting, MAX_THREADS);
+GT_LRU_HASH(exiting, u32, u8, MAX_THREADS);
 // User space's view of the training jobs, refreshed each tick from the roles:
 // a DataLoader worker process (tgid), pin-memory thread or thread worker (tid)
 // -> the tgid of the trainer it feeds.
-BPF_HASH(pipeline, u32, u32, MAX_PIPELINE);
+GT_HASH(pipeline, u32, u32, MAX_PIPELINE);
 // tgids whose preemptors are recorded (trainers and their workers).
-BPF_HASH(watched, u32, u8, MAX_PIPELINE);
-BPF_HASH(preempt, struct preempt_key_t, struct preempt_val_t, MAX_PREEMPT);
+GT_HASH(watched, u32, u8, MAX_PIPELINE);
+// Preempted run-queue time of a watched process, per process that took the CPU.
+GT_HASH(preempt, struct preempt_key_t, struct preempt_val_t, MAX_PREEMPT);
 // Watched threads waiting in each CPU's run queue (preempted there, or woken
 // with that CPU as target), so whoever runs on that CPU meanwhile is charged
 // for their wait. A few slots per CPU; a victim finding none free is not charged.
-#define WAIT_SLOTS 4
-struct waiters_t {
-    u32 tid[WAIT_SLOTS];
-    u32 tgid[WAIT_SLOTS];
-    u64 since[WAIT_SLOTS];
-};
-BPF_ARRAY(cpu_waiters, struct waiters_t, MAX_CPUS);
+GT_ARRAY(cpu_waiters, struct waiters_t, MAX_CPU_SLOTS);
 // Blocked time of a watched thread woken by another process, per waking process.
 // User space moves it to "input" when that process turns out to be one of the
 // trainer's workers (a worker born after the last pipeline update).
-struct woke_key_t {
-    u32 tid;     // the wakee
-    u32 waker;   // tgid
-};
-struct woke_val_t {
-    u64 ns;
-    u32 tgid;    // the wakee's
-    u32 pad;
-};
-BPF_HASH(other_wakers, struct woke_key_t, struct woke_val_t, MAX_PREEMPT);
+GT_HASH(other_wakers, struct woke_key_t, struct woke_val_t, MAX_PREEMPT);
 // Interrupt nesting depth of each CPU (hard irq, softirq, timer callbacks,
 // x86 vectors), from their entry/exit tracepoints; indexed by CPU, each on its
 // own cache line so CPUs do not bounce one line between them at every interrupt.
-struct irq_depth_t {
-    u32 depth;
-    u32 pad[15];
-};
-BPF_ARRAY(irq_depth, struct irq_depth_t, MAX_CPUS);
+GT_ARRAY(irq_depth, struct irq_depth_t, MAX_CPU_SLOTS);
 // [0] user space's interval counter, flipped once per read.
-BPF_ARRAY(epoch, u32, 1);
-// Failed map updates: [0] thread map full, [1] group map full,
-// [2] "current" was not sched_switch's prev (should never happen),
-// [3] preemptor or waker map full.
-BPF_ARRAY(errors, u64, 4);
+GT_ARRAY(epoch, u32, 1);
+// Failed map updates, by ERR_* index.
+GT_ARRAY(errors, u64, ERROR_SLOTS);
 
-static __always_inline void count_error(int idx) {
-    u64 *e = errors.lookup(&idx);
+// floor(log2(v)) for v > 0, without a loop for the verifier to unroll.
+static __always_inline u32 floor_log2(u64 v) {
+    u32 r = 0;
+    if (v >> 32) {
+        v >>= 32;
+        r += 32;
+    }
+    if (v >> 16) {
+        v >>= 16;
+        r += 16;
+    }
+    if (v >> 8) {
+        v >>= 8;
+        r += 8;
+    }
+    if (v >> 4) {
+        v >>= 4;
+        r += 4;
+    }
+    if (v >> 2) {
+        v >>= 2;
+        r += 2;
+    }
+    if (v >> 1)
+        r += 1;
+    return r;
+}
+
+static __always_inline void count_error(u32 idx) {
+    u64 *e = GT_LOOKUP(errors, &idx);
     if (e)
         __sync_fetch_and_add(e, 1);
 }
 
 static __always_inline u32 current_epoch(void) {
-    int zero = 0;
-    u32 *ep = epoch.lookup(&zero);
+    u32 zero = 0;
+    u32 *ep = GT_LOOKUP(epoch, &zero);
     return ep ? *ep : 0;
 }
 
@@ -165,18 +118,18 @@ static __always_inline void note_longest(u64 *ns, u32 *ep, u32 cur, u64 d) {
 }
 
 static __always_inline struct group_t *group_of(u32 tgid) {
-    struct group_t *g = groups.lookup(&tgid);
+    struct group_t *g = GT_LOOKUP(groups, &tgid);
     if (g)
         return g;
     struct group_t zero = {};
-    if (groups.insert(&tgid, &zero) != 0) {
+    if (GT_INSERT(groups, &tgid, &zero) != 0) {
         // -EEXIST means another CPU created it first: not an error.
-        g = groups.lookup(&tgid);
+        g = GT_LOOKUP(groups, &tgid);
         if (!g)
-            count_error(1);
+            count_error(ERR_GROUP_MAP_FULL);
         return g;
     }
-    return groups.lookup(&tgid);
+    return GT_LOOKUP(groups, &tgid);
 }
 
 // Split the off-CPU stretch [out, end) into run-queue wait and blocked time,
@@ -184,13 +137,13 @@ static __always_inline struct group_t *group_of(u32 tgid) {
 // wait at its wakeup, as the kernel's own run_delay does.
 static __always_inline void account_woke_by(u32 tid, struct thread_t *t, u64 blocked) {
     struct woke_key_t k = {.tid = tid, .waker = t->waker_tgid};
-    struct woke_val_t *v = other_wakers.lookup(&k);
+    struct woke_val_t *v = GT_LOOKUP(other_wakers, &k);
     if (!v) {
         struct woke_val_t zero = {.tgid = t->tgid};
-        other_wakers.insert(&k, &zero);
-        v = other_wakers.lookup(&k);
+        GT_INSERT(other_wakers, &k, &zero);
+        v = GT_LOOKUP(other_wakers, &k);
         if (!v) {
-            count_error(3);
+            count_error(ERR_AUX_MAP_FULL);
             return;
         }
     }
@@ -218,13 +171,13 @@ static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out,
 
 static __always_inline void charge(u32 victim, u32 by, u64 ns) {
     struct preempt_key_t k = {.victim = victim, .by = by};
-    struct preempt_val_t *v = preempt.lookup(&k);
+    struct preempt_val_t *v = GT_LOOKUP(preempt, &k);
     if (!v) {
         struct preempt_val_t zero = {};
-        preempt.insert(&k, &zero);
-        v = preempt.lookup(&k);
+        GT_INSERT(preempt, &k, &zero);
+        v = GT_LOOKUP(preempt, &k);
         if (!v) {
-            count_error(3);
+            count_error(ERR_AUX_MAP_FULL);
             return;
         }
     }
@@ -236,7 +189,7 @@ static __always_inline void charge(u32 victim, u32 by, u64 ns) {
 static __always_inline void start_waiting(struct thread_t *t, u32 tid, u32 cpu, u64 now) {
     if (cpu >= MAX_CPUS)
         return;
-    struct waiters_t *w = cpu_waiters.lookup(&cpu);
+    struct waiters_t *w = GT_LOOKUP(cpu_waiters, &cpu);
     if (!w)
         return;
 #pragma unroll
@@ -259,7 +212,7 @@ static __always_inline void stop_waiting(struct thread_t *t, u32 tid) {
     t->wait_slot = 0;
     u32 cpu = (slot - 1) / WAIT_SLOTS;
     u32 i = (slot - 1) % WAIT_SLOTS;
-    struct waiters_t *w = cpu_waiters.lookup(&cpu);
+    struct waiters_t *w = GT_LOOKUP(cpu_waiters, &cpu);
     if (w && i < WAIT_SLOTS && w->tid[i] == tid)
         w->tid[i] = 0;
 }
@@ -270,7 +223,7 @@ static __always_inline void charge_waiters(u32 prev, u32 prev_tgid, u64 prev_in,
     if (prev_tgid == 0)
         return;
     u32 cpu = bpf_get_smp_processor_id();
-    struct waiters_t *w = cpu_waiters.lookup(&cpu);
+    struct waiters_t *w = GT_LOOKUP(cpu_waiters, &cpu);
     if (!w)
         return;
 #pragma unroll
@@ -286,12 +239,12 @@ static __always_inline void charge_waiters(u32 prev, u32 prev_tgid, u64 prev_in,
 
 // A thread is gone: keep its totals in its group, then free its entry.
 static __always_inline void retire_thread(u32 tid) {
-    struct thread_t *t = threads.lookup(&tid);
+    struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (!t)
         return;
     stop_waiting(t, tid);
     u32 tgid = t->tgid;
-    struct group_t *g = groups.lookup(&tgid);
+    struct group_t *g = GT_LOOKUP(groups, &tgid);
     if (g) {
         __sync_fetch_and_add(&g->dead_runq_ns, t->runq_ns);
         __sync_fetch_and_add(&g->dead_blocked_ns, t->blocked_ns);
@@ -300,33 +253,33 @@ static __always_inline void retire_thread(u32 tid) {
         __sync_fetch_and_add(&g->dead_nvcsw, t->nvcsw);
         __sync_fetch_and_add(&g->dead_missed, t->missed);
     }
-    threads.delete(&tid);
+    GT_DELETE(threads, &tid);
 }
 
-TRACEPOINT_PROBE(sched, sched_switch) {
+GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u32 prev = args->prev_pid;
     u32 next = args->next_pid;
     long state = args->prev_state;
     u32 cur = current_epoch();
-    struct thread_t *tn = next != 0 ? threads.lookup(&next) : NULL;
+    struct thread_t *tn = next != 0 ? GT_LOOKUP(threads, &next) : NULL;
 
     // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
     if (prev != 0) {
         if (state & DEAD_MASK) {
             // Its last switch: nothing after this can end an off-CPU stretch.
             retire_thread(prev);
-            exiting.delete(&prev);
+            GT_DELETE(exiting, &prev);
         } else {
             u64 id = bpf_get_current_pid_tgid();
             if ((u32)id != prev)
-                count_error(2);
-            struct thread_t *t = threads.lookup(&prev);
-            if (!t && !exiting.lookup(&prev)) {
+                count_error(ERR_NOT_PREV);
+            struct thread_t *t = GT_LOOKUP(threads, &prev);
+            if (!t && !GT_LOOKUP(exiting, &prev)) {
                 struct thread_t zero = {};
-                if (threads.insert(&prev, &zero) != 0)
-                    count_error(0);
-                t = threads.lookup(&prev);
+                if (GT_INSERT(threads, &prev, &zero) != 0)
+                    count_error(ERR_THREAD_MAP_FULL);
+                t = GT_LOOKUP(threads, &prev);
             }
             if (t) {
                 // At sched_switch "current" is still prev: its tgid comes from the helper.
@@ -357,7 +310,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                     t->runnable = 1;
                     t->nivcsw += 1;
                     u32 tgid = t->tgid;
-                    if (watched.lookup(&tgid))
+                    if (GT_LOOKUP(watched, &tgid))
                         start_waiting(t, prev, bpf_get_smp_processor_id(), now);
                 }
             }
@@ -389,7 +342,7 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     if (!g)
         return 1;
     note_longest(g->longest_ns, g->longest_ep, cur, d);
-    u32 slot = bpf_log2l(d) - 1;  // bcc's bpf_log2l is floor(log2) + 1
+    u32 slot = floor_log2(d);
     if (slot >= HIST_SLOTS)
         slot = HIST_SLOTS - 1;
     __sync_fetch_and_add(&g->hist[slot], 1);
@@ -398,16 +351,16 @@ TRACEPOINT_PROBE(sched, sched_switch) {
 
 static __always_inline u32 *irq_depth_slot(void) {
     u32 cpu = bpf_get_smp_processor_id();
-    struct irq_depth_t *d = irq_depth.lookup(&cpu);
+    struct irq_depth_t *d = GT_LOOKUP(irq_depth, &cpu);
     return d ? &d->depth : NULL;
 }
 
 // Who is waking a blocked, tracked thread. It fires in the waker's context
 // (sched_wakeup may fire later on the target CPU, from an IPI), before the
 // wakee is queued; the first waking of a blocked stretch decides its class.
-TRACEPOINT_PROBE(sched, sched_waking) {
+GT_TRACEPOINT(sched, sched_waking, trace_event_raw_sched_wakeup_template) {
     u32 tid = args->pid;
-    struct thread_t *t = threads.lookup(&tid);
+    struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (!t || t->out_ts == 0 || t->runnable || t->wake_class != WAKE_NONE)
         return 1;
     u32 *depth = irq_depth_slot();
@@ -420,9 +373,9 @@ TRACEPOINT_PROBE(sched, sched_waking) {
         // The idle task wakes nobody by itself: an untraced interrupt vector.
         cls = WAKE_IRQ;
     } else {
-        u32 *feeds = pipeline.lookup(&waker);
+        u32 *feeds = GT_LOOKUP(pipeline, &waker);
         if (!feeds)
-            feeds = pipeline.lookup(&waker_tgid);
+            feeds = GT_LOOKUP(pipeline, &waker_tgid);
         if (feeds && *feeds == t->tgid)
             cls = WAKE_INPUT;
         else if (waker_tgid == t->tgid)
@@ -430,7 +383,7 @@ TRACEPOINT_PROBE(sched, sched_waking) {
         else {
             cls = WAKE_OTHER;
             u32 wakee_tgid = t->tgid;
-            if (watched.lookup(&wakee_tgid))
+            if (GT_LOOKUP(watched, &wakee_tgid))
                 t->waker_tgid = waker_tgid;
         }
     }
@@ -439,28 +392,30 @@ TRACEPOINT_PROBE(sched, sched_waking) {
 }
 
 // The end of a blocked stretch: from here on the thread waits for a CPU.
-TRACEPOINT_PROBE(sched, sched_wakeup) {
+GT_TRACEPOINT(sched, sched_wakeup, trace_event_raw_sched_wakeup_template) {
     u32 tid = args->pid;
-    struct thread_t *t = threads.lookup(&tid);
+    struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (t && t->out_ts != 0 && !t->runnable && t->wake_ts == 0) {
         u64 now = bpf_ktime_get_ns();
         t->wake_ts = now;
         u32 tgid = t->tgid;
-        if (t->wait_slot == 0 && watched.lookup(&tgid))
+        if (t->wait_slot == 0 && GT_LOOKUP(watched, &tgid))
             start_waiting(t, tid, args->target_cpu, now);
     }
     return 1;
 }
 
-TRACEPOINT_PROBE(sched, sched_process_exit) {
-    u32 tid = args->pid;
+GT_TRACEPOINT(sched, sched_process_exit, trace_event_raw_sched_process_template) {
+    u32 tid;
+    int group_dead;
+    GT_EXIT_EVENT(args, tid, group_dead);
     u8 one = 1;
     retire_thread(tid);
-    exiting.update(&tid, &one);
-    if (args->group_dead) {
+    GT_UPDATE(exiting, &tid, &one);
+    if (group_dead) {
         // The group's last thread is leaving; its totals are of no further use.
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
-        groups.delete(&tgid);
+        GT_DELETE(groups, &tgid);
     }
     return 1;
 }
@@ -468,14 +423,14 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 // Interrupt nesting. Attached by user space to whichever of these tracepoints
 // this kernel has (IRQ_ENTER_EVENTS / IRQ_EXIT_EVENTS in sched_probe.py); an
 // exit seen without its entry (the probe attached in between) leaves depth at 0.
-int on_irq_entry(void *ctx) {
+GT_PROGRAM(on_irq_entry) {
     u32 *depth = irq_depth_slot();
     if (depth)
         *depth += 1;
     return 1;
 }
 
-int on_irq_exit(void *ctx) {
+GT_PROGRAM(on_irq_exit) {
     u32 *depth = irq_depth_slot();
     if (depth && *depth > 0)
         *depth -= 1;

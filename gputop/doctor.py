@@ -31,9 +31,12 @@ from gputop.sources.nvml import NvmlFacts, probe_nvml
 from gputop.sources.sched_probe import (
     KHEADERS,
     TRACEFS_DIRS,
+    LoaderPlan,
     Unavailable,
     has_bpf_capabilities,
     kernel_headers_present,
+    libbpf_problem,
+    plan_loader,
     preflight,
     state_masks,
 )
@@ -95,7 +98,26 @@ def check_nvml(probe: Callable[[], NvmlFacts] = probe_nvml) -> list[Check]:
 #
 # Each row's verdict is the probe's own test (gputop.sources.sched_probe), so the
 # doctor cannot pass a host the probe then refuses; the rows only add detail to it.
-# Whether to compile is the probe's preflight() verdict.
+# Whether to load is the probe's preflight() verdict.
+
+
+def check_bpf_loader(plan: LoaderPlan | Unavailable | None = None) -> Check:
+    """Which loader the probe uses here, why, and what this node lacks for the other one."""
+    plan = plan_loader() if plan is None else plan
+    name = "eBPF loader"
+    if isinstance(plan, Unavailable):
+        return Check(name, False, plan.reason, plan.fix)
+    if plan.loader == "libbpf":
+        return Check(name, True, f"libbpf: {plan.why}; {plan.other}")
+    # bcc works, but the object built ahead of time would load in milliseconds without
+    # a compiler or headers: say what it lacks.
+    core = libbpf_problem()
+    return Check(
+        name,
+        True,
+        f"bcc: {plan.why}; the object built ahead of time cannot load: {plan.other}",
+        core.fix if core is not None else None,
+    )
 
 
 def check_bcc(finder: Callable[[], tuple[ModuleType | None, str | None]] = find_bcc) -> Check:
@@ -233,7 +255,7 @@ def _new_probe() -> Any:
 
 
 def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float = 60.0) -> Check:
-    """Really compile and attach the scheduler probe, then detach: the compiler's verdict."""
+    """Really load and attach the scheduler probe, then detach: the kernel's verdict."""
     name = "eBPF probe"
     try:
         probe = new_probe()
@@ -244,16 +266,22 @@ def check_ebpf_probe(new_probe: Callable[[], Any] = _new_probe, timeout_s: float
     try:
         attached = probe.wait_attached(timeout_s)
         failure = probe.failure
+        loader = probe.loader
+        libbpf_failure = probe.libbpf_failure
     finally:
         probe.close()
     took = time.monotonic() - started
     if attached:
-        return Check(name, True, f"compiled and attached to sched:sched_switch in {took:.1f} s")
+        how = "loaded with libbpf" if loader == "libbpf" else "compiled with bcc"
+        why = f"{how} and attached to sched:sched_switch in {took:.2f} s"
+        if libbpf_failure:
+            why += f" (libbpf refused the object built ahead of time: {libbpf_failure})"
+        return Check(name, True, why)
     reason = "did not attach" if failure is None else failure.reason
     fix = None if failure is None else failure.fix
     if fix and "gputop doctor" in fix:
-        # The reason quotes the compiler's first error; its causes have rows here.
-        fix = "check the bcc, kernel headers and tracefs rows above"
+        # The reason quotes the loader's first error; its causes have rows here.
+        fix = "check the eBPF loader, privileges and tracefs rows above"
     if took >= timeout_s:
         reason = f"not attached after {timeout_s:.0f} s: {reason}"
     return Check(name, False, reason, fix)
@@ -356,7 +384,11 @@ def check_pyspy(
 
 def run_checks(try_probe: bool = True) -> list[Check]:
     """Every check, against this machine; the probe is compiled only when it can work."""
-    ebpf = [check_bcc(), check_kernel_headers(), check_privileges(), check_tracefs()]
+    plan = plan_loader()
+    ebpf = [check_privileges(), check_tracefs(), check_bpf_loader(plan)]
+    if not (isinstance(plan, LoaderPlan) and plan.loader == "libbpf"):
+        # bcc compiles the probe here (or would): what it needs, row by row.
+        ebpf += [check_bcc(), check_kernel_headers()]
     if not try_probe:
         probe = Check("eBPF probe", False, "not tried (--no-bpf)")
     elif not all(c.ok for c in ebpf):

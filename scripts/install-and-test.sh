@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
   # prometheus: promtool and a real server for the rules and scrape tests; bpftool: the
-  # tests that check nothing stays attached after gputop exits.
-  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools bpftool prometheus; do
+  # tests that check nothing stays attached after gputop exits; libbpf1 loads the probe
+  # object built ahead of time, clang rebuilds it (the suite checks it matches bpf/).
+  for pkg in python3-bpfcc linux-headers-amd64 tmux gcc linux-perf bpfcc-tools bpftool prometheus \
+    libbpf1 clang; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then

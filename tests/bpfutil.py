@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 
-from gputop.sources.bpf_syscall import loaded_program_ids
+from gputop.sources.bpf_syscall import link_ids, loaded_program_ids
 
 
 def loaded_prog_ids() -> set[int]:
@@ -23,6 +23,20 @@ def loaded_prog_ids() -> set[int]:
 
 def held_prog_ids(pid: int) -> set[int]:
     """Ids of the programs process ``pid`` holds a descriptor of (from /proc/PID/fdinfo)."""
+    return _held(pid, "prog_id")
+
+
+def held_link_ids(pid: int) -> set[int]:
+    """Ids of the BPF links process ``pid`` holds a descriptor of."""
+    return _held(pid, "link_id")
+
+
+def loaded_link_ids() -> set[int]:
+    """Every BPF link in the kernel now (``bpftool link show``)."""
+    return link_ids()
+
+
+def _held(pid: int, kind: str) -> set[int]:
     ids = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fdinfo")
@@ -32,19 +46,19 @@ def held_prog_ids(pid: int) -> set[int]:
         try:
             with open(f"/proc/{pid}/fdinfo/{fd}") as f:
                 for line in f:
-                    if line.startswith("prog_id:"):
+                    if line.startswith(f"{kind}:"):
                         ids.add(int(line.split()[1]))
         except OSError:
             pass
     return ids
 
 
-def held_by_anyone() -> set[int]:
-    """Program ids some live process holds a descriptor of."""
+def held_by_anyone(kind: str = "prog_id") -> set[int]:
+    """Program ids (or ``link_id``s) some live process holds a descriptor of."""
     ids: set[int] = set()
     for d in os.listdir("/proc"):
         if d.isdigit():
-            ids |= held_prog_ids(int(d))
+            ids |= _held(int(d), kind)
     return ids
 
 

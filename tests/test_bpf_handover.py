@@ -27,6 +27,7 @@ from gputop.sources.sched_probe import (
     ThreadT,
     Unavailable,
     bpf_source_path,
+    kernel_facts,
     preflight,
 )
 from tests.bpfutil import (
@@ -56,9 +57,9 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reaso
 
 
 def _cflags() -> list[str]:
-    masks = preflight()
-    assert not isinstance(masks, Unavailable)
-    return BpfSchedProbe().compile_flags(masks)
+    facts = kernel_facts()
+    assert not isinstance(facts, Unavailable)
+    return BpfSchedProbe().compile_flags(facts)
 
 
 SWITCHER = """
@@ -191,7 +192,7 @@ def test_a_compile_error_names_the_compilers_line(tmp_path: Path):
 
 def test_close_during_compile_kills_the_child_at_once():
     before = held_prog_ids(os.getpid())
-    p = BpfSchedProbe()
+    p = BpfSchedProbe(use_loader="bcc")
     p.open()
     deadline = time.monotonic() + 10
     while p._spawned is None and time.monotonic() < deadline:

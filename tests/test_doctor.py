@@ -15,6 +15,7 @@ from conftest import PY, ROOT, run_gputop
 from gputop.doctor import (
     Check,
     check_bcc,
+    check_bpf_loader,
     check_ebpf_probe,
     check_kernel_headers,
     check_nvml,
@@ -27,7 +28,12 @@ from gputop.doctor import (
     run_checks,
 )
 from gputop.sources.nvml import NvmlFacts
-from gputop.sources.sched_probe import BpfSchedProbe, kernel_headers_present
+from gputop.sources.sched_probe import (
+    BpfSchedProbe,
+    LoaderPlan,
+    Unavailable,
+    kernel_headers_present,
+)
 from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 
 RELEASE = "6.1.0-99-amd64"
@@ -276,14 +282,38 @@ def test_a_build_without_the_probe_says_so() -> None:
 
 _CAN_BPF = os.geteuid() == 0 and check_bcc().ok and check_kernel_headers().ok and check_tracefs().ok
 needs_bpf = pytest.mark.skipif(not _CAN_BPF, reason="needs root, bcc, kernel headers and tracefs")
+needs_btf = pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/btf/vmlinux"), reason="needs a kernel with BTF"
+)
 
 
 @pytest.mark.root
 @needs_bpf
-def test_the_real_probe_compiles_and_attaches() -> None:
+@needs_btf
+def test_the_real_probe_loads_with_libbpf_and_attaches() -> None:
     c = check_ebpf_probe()
     assert c.ok, c
-    assert c.why.startswith("compiled and attached to sched:sched_switch in ")
+    assert c.why.startswith("loaded with libbpf and attached to sched:sched_switch in "), c.why
+
+
+@pytest.mark.root
+@needs_bpf
+def test_the_real_probe_compiles_with_bcc_and_attaches_when_told_to() -> None:
+    c = check_ebpf_probe(lambda: BpfSchedProbe(use_loader="bcc"))
+    assert c.ok, c
+    assert c.why.startswith("compiled with bcc and attached to sched:sched_switch in "), c.why
+
+
+def test_the_loader_row_names_the_loader_why_and_what_the_other_lacks() -> None:
+    core = LoaderPlan("libbpf", "the kernel has BTF: ...", "bcc fallback unavailable: no headers")
+    c = check_bpf_loader(core)
+    assert c.ok and c.why.startswith("libbpf: the kernel has BTF") and "no headers" in c.why
+    bcc = LoaderPlan("bcc", "the kernel has no BTF: compiled at run time by bcc", "no BTF")
+    c = check_bpf_loader(bcc)
+    assert c.ok and c.why.startswith("bcc: the kernel has no BTF")
+    assert "the object built ahead of time cannot load: no BTF" in c.why
+    c = check_bpf_loader(Unavailable("no BTF, and no headers", "install them"))
+    assert not c.ok and c.why == "no BTF, and no headers" and c.fix == "install them"
 
 
 @pytest.mark.root
@@ -346,17 +376,13 @@ def test_doctor_on_this_machine() -> None:
     r = _doctor([])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
-    for name in (
-        "NVML",
-        "bcc (eBPF)",
-        "kernel headers",
-        "privileges",
-        "tracefs",
-        "schedstat",
-        "PSI",
-        "py-spy",
-    ):
+    for name in ("NVML", "privileges", "tracefs", "eBPF loader", "schedstat", "PSI", "py-spy"):
         assert _row(r.stdout, name)
+    loader = _row(r.stdout, "eBPF loader")
+    if " ok  libbpf:" in loader:
+        # The object built ahead of time needs neither: their rows are not shown.
+        assert not any(line.strip().startswith("bcc (eBPF)") for line in r.stdout.splitlines())
+        return
     bcc_works = os.path.exists("/usr/lib/python3/dist-packages/bcc/__init__.py")
     assert (" ok " in _row(r.stdout, "bcc (eBPF)")) is bcc_works
     headers = kernel_headers_present(os.uname().release) is not None
@@ -367,15 +393,39 @@ def test_doctor_on_this_machine() -> None:
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare"
 )
-def test_doctor_without_bcc_and_headers() -> None:
+def test_doctor_without_bcc_and_headers_loads_the_object_built_ahead_of_time() -> None:
     # A private mount namespace hides the distro's bcc and every kernel's modules
     # directory from this one run; the rest of the machine is untouched.
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        pytest.skip("needs a kernel with BTF")
     hide = (
         "mount -t tmpfs none /usr/lib/python3/dist-packages/bcc 2>/dev/null; "
         'mount -t tmpfs none /lib/modules && exec "$0" "$@"'
     )
     r = _doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
     assert r.returncode == 0, r.stderr
+    loader = _row(r.stdout, "eBPF loader")
+    assert " ok  libbpf: the kernel has BTF" in loader, loader
+    assert "bcc fallback unavailable" in " ".join(r.stdout.split())
+    assert " ok  loaded with libbpf" in _row(r.stdout, "eBPF probe")
+    assert "scheduler signals: eBPF probe" in r.stdout
+
+
+@pytest.mark.root
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare"
+)
+def test_doctor_without_btf_bcc_and_headers() -> None:
+    # As above, and the kernel's BTF hidden too: neither loader can work.
+    hide = (
+        "mount -t tmpfs none /usr/lib/python3/dist-packages/bcc 2>/dev/null; "
+        "mount -t tmpfs none /sys/kernel/btf 2>/dev/null; "
+        'mount -t tmpfs none /lib/modules && exec "$0" "$@"'
+    )
+    r = _doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
+    assert r.returncode == 0, r.stderr
+    loader = _row(r.stdout, "eBPF loader")
+    assert " NO  the kernel has no BTF" in loader, loader
     bcc = _row(r.stdout, "bcc (eBPF)")
     assert " NO " in bcc and "not installed" in bcc
     headers = _row(r.stdout, "kernel headers")
@@ -386,6 +436,7 @@ def test_doctor_without_bcc_and_headers() -> None:
     headers_fix = lines[lines.index(headers) + 1].strip()
     assert headers_fix.startswith(f"fix: apt-get install linux-headers-{os.uname().release}")
     assert "not tried: fix the eBPF checks above first" in _row(r.stdout, "eBPF probe")
+    assert "CONFIG_DEBUG_INFO_BTF" in r.stdout
     assert "scheduler signals: /proc estimates" in r.stdout
     assert "is inferred, not measured: fix the eBPF checks above to measure it" in " ".join(
         r.stdout.split()

@@ -1,10 +1,12 @@
 """gputop's TUI with the eBPF probe, as root in a real terminal (tmux): memory and every exit.
 
-The probe is compiled by a child process, so the long-lived gputop process never
-loads bcc or LLVM; its resident memory is measured here (issue 11: at most 60 MiB
-with the probe live, 2 GPUs from the fake NVML). Then gputop is ended by each
-path a user has (q, SIGTERM, SIGHUP, SIGKILL) and the programs it held must be
-gone from the kernel (``bpftool prog show``).
+The probe is loaded by libbpf (or compiled by a bcc child process), so the
+long-lived gputop process never loads bcc or LLVM; its resident memory is
+measured here (at most 60 MiB with the probe live, 2 GPUs from the fake NVML).
+Then gputop is ended by each path a user has (q, SIGTERM, SIGHUP, SIGKILL): the
+programs and links it held must be gone from the kernel (``bpftool prog show``,
+``bpftool link show``), and no program or link made during the run may be left
+without a holder.
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bcc_loader import find_bcc
-from tests.bpfutil import held_prog_ids, loaded_prog_ids, process_gone, rss_kib, wait_gone
+from gputop.sources.sched_probe import Unavailable, preflight
+from tests.bpfutil import (
+    held_by_anyone,
+    held_link_ids,
+    held_prog_ids,
+    loaded_link_ids,
+    loaded_prog_ids,
+    process_gone,
+    rss_kib,
+    wait_gone,
+)
 from tests.fakenvml import FakeGpu, FakeNvml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,8 +43,8 @@ def _why_not() -> str | None:
         return "the eBPF probe needs root"
     if shutil.which("tmux") is None:
         return "needs tmux"
-    bcc, why = find_bcc()
-    return None if bcc is not None else f"bcc unavailable: {why}"
+    pre = preflight()
+    return pre.reason if isinstance(pre, Unavailable) else None
 
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
@@ -50,6 +61,7 @@ def test_tui_with_the_probe_stays_small_and_leaves_nothing_attached(how: str, tm
     env["PYTHONPATH"] = str(ROOT)
     env["TERM"] = "xterm-256color"
     session = f"gputop-footprint-{os.getpid()}-{how}"
+    progs_before, links_before = loaded_prog_ids(), loaded_link_ids()
     exports = " ".join(
         f"{k}={v}" for k, v in env.items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_SCENARIO")
     )
@@ -73,6 +85,7 @@ def test_tui_with_the_probe_stays_small_and_leaves_nothing_attached(how: str, tm
             time.sleep(0.1)
         screen = _tmux("capture-pane", "-p", "-t", session)
         assert ids and "sched:bpf" in screen, screen
+        links = held_link_ids(pid)
         assert ids <= loaded_prog_ids()
         time.sleep(2.0)  # a few ticks with the probe read every tick
         rss = rss_kib(pid)
@@ -91,3 +104,8 @@ def test_tui_with_the_probe_stays_small_and_leaves_nothing_attached(how: str, tm
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
     assert not wait_gone(ids), f"programs left attached after {how}"
+    assert not (links & loaded_link_ids()), f"links left after {how}"
+    orphans = (loaded_prog_ids() - progs_before) - held_by_anyone()
+    assert not orphans, f"programs {orphans} loaded during the run and held by no process"
+    orphan_links = (loaded_link_ids() - links_before) - held_by_anyone("link_id")
+    assert not orphan_links, f"links {orphan_links} made during the run and held by no process"

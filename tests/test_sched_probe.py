@@ -36,12 +36,14 @@ def _why_not() -> str | None:
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
 
 
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    p = BpfSchedProbe()
+@pytest.fixture(scope="module", params=["libbpf", "bcc"])
+def probe(request: pytest.FixtureRequest) -> Iterator[BpfSchedProbe]:
+    """The probe from either loader: the object built ahead of time, or bcc's compile."""
+    p = BpfSchedProbe(use_loader=request.param)
     p.open()
     if not p.wait_attached(120):
-        pytest.fail(f"probe did not attach as root with bcc present: {p.status}")
+        pytest.fail(f"probe did not attach as root with {request.param}: {p.status}")
+    assert p.loader == request.param
     yield p
     p.close()
 
@@ -276,13 +278,27 @@ def test_sweep_frees_entries_of_tasks_that_are_gone(probe: BpfSchedProbe):
     assert ghost not in threads and ghost not in groups
 
 
+# 16 threads that keep switching: more than a 4-thread map can hold, even on a quiet machine.
+SWITCHING_THREADS = """
+import threading, time
+def nap():
+    while True:
+        time.sleep(0.002)
+for _ in range(16):
+    threading.Thread(target=nap, daemon=True).start()
+time.sleep(60)
+"""
+
+
 def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
-    # Room for 4 threads on a machine with hundreds: most inserts must fail.
+    # Room for 4 threads while at least 17 switch: most inserts must fail.
     small = BpfSchedProbe(max_threads=4, max_tgids=2)
     sampler = Sampler(probe=small, interval_s=0.2)
+    busy = spawn_python(SWITCHING_THREADS)
     try:
         small.open()
         assert small.wait_attached(120), small.status
+        time.sleep(0.3)
         small.read()
         time.sleep(0.3)
         r = small.read()
@@ -298,6 +314,7 @@ def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
         assert any("failed map updates" in n for n in frame.sources.notes)
     finally:
         sampler.close()
+        kill_all([busy])
 
 
 def _map(probe: BpfSchedProbe, name: str) -> dict[int, int]:
@@ -327,7 +344,7 @@ def test_the_pipeline_reaches_the_kernel_maps_and_only_changes_are_written(
 
 def test_close_during_compile_leaves_nothing_attached(probe: BpfSchedProbe):
     before = _bpf_fds()
-    p = BpfSchedProbe()
+    p = BpfSchedProbe(use_loader="bcc")
     p.open()
     assert p.status.reason == "compiling BPF program…"
     p.close()  # waits for the compile, then detaches what it attached

@@ -140,22 +140,44 @@ def _procfs_with_note(frames: list[dict[str, Any]], *words: str) -> None:
         assert w in notes[0], notes[0]
 
 
+BCC_DIR = os.path.join(DISTRO_DIRS[0], "bcc")
+# Hiding this directory hides the kernel's BTF: for the process, a kernel without it.
+BTF_DIR = "/sys/kernel/btf"
+needs_unshare = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+needs_btf = pytest.mark.skipif(
+    not os.path.exists(f"{BTF_DIR}/vmlinux"), reason="the kernel has no BTF"
+)
+
+
 @pytest.mark.root
 @needs_root
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
-def test_without_bcc_installed_falls_back_to_procfs_with_the_fix():
-    # A private mount namespace in which the distro's bcc package directory is empty:
-    # for this one process, python3-bpfcc is simply not installed.
-    bcc_dir = os.path.join(DISTRO_DIRS[0], "bcc")
-    if not os.path.isdir(bcc_dir):
+@needs_unshare
+@needs_btf
+def test_without_bcc_or_headers_the_object_built_ahead_of_time_goes_live():
+    # A private mount namespace in which the distro's bcc package and the kernel's
+    # modules tree are empty: for this one process, neither is installed.
+    frames = _record_hiding(BCC_DIR, "/lib/modules")
+    bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
+    assert bpf, [f["sources"] for f in frames]
+    # libbpf loads before the first tick: every frame is the probe's.
+    assert frames.index(bpf[0]) == 0, [f["sources"]["sched"] for f in frames]
+
+
+@pytest.mark.root
+@needs_root
+@needs_unshare
+def test_without_btf_or_bcc_falls_back_to_procfs_with_both_fixes():
+    if not os.path.isdir(BCC_DIR):
         pytest.skip("bcc is not installed here at all")
-    frames = _record_hiding(bcc_dir)
-    _procfs_with_note(frames, "bcc", "not installed", "python3-bpfcc")
+    frames = _record_hiding(BCC_DIR, BTF_DIR)
+    _procfs_with_note(frames, "no BTF", "CONFIG_DEBUG_INFO_BTF", "not installed", "python3-bpfcc")
 
 
-def _record_hiding(*paths: str) -> list[dict[str, Any]]:
+def _record_hiding(
+    *paths: str, until: Callable[[dict[str, Any]], bool] | None = None
+) -> list[dict[str, Any]]:
     """`gputop record` in a private mount namespace where these directories are empty."""
-    mounts = " && ".join(f"mount -t tmpfs none {p}" for p in paths)
+    mounts = " && ".join(["true", *(f"mount -t tmpfs none {p}" for p in paths if os.path.isdir(p))])
     script = f"{mounts} && exec " + " ".join(gputop_cmd("record", "--interval", "0.5"))
     return _record_until(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script], _probe_settled
@@ -164,10 +186,21 @@ def _record_hiding(*paths: str) -> list[dict[str, Any]]:
 
 @pytest.mark.root
 @needs_root_bcc
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
-def test_without_kernel_headers_falls_back_to_procfs_with_the_fix():
-    frames = _record_hiding("/lib/modules")
-    _procfs_with_note(frames, "no kernel headers", "linux-headers-")
+@needs_unshare
+def test_without_btf_bcc_compiles_the_probe_and_goes_live():
+    frames = _record_hiding(BTF_DIR)
+    bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
+    assert bpf, [f["sources"] for f in frames]
+    first = frames.index(bpf[0])
+    assert all(f["sources"]["sched"] == "bpf" for f in frames[first:])
+
+
+@pytest.mark.root
+@needs_root_bcc
+@needs_unshare
+def test_without_btf_or_kernel_headers_falls_back_to_procfs_with_the_fix():
+    frames = _record_hiding("/lib/modules", BTF_DIR)
+    _procfs_with_note(frames, "no BTF", "no kernel headers", "linux-headers-")
 
 
 @pytest.mark.root
@@ -189,7 +222,7 @@ def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
     frames = _record_until(
         gputop_cmd("record", "--interval", "0.5"),
         _probe_settled,
-        env=gputop_env(BCC_KERNEL_SOURCE=str(tmp_path)),
+        env=gputop_env(BCC_KERNEL_SOURCE=str(tmp_path), GPUTOP_BPF_LOADER="bcc"),
     )
     _procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
 
@@ -202,7 +235,7 @@ def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
     frames = _record_until(
         gputop_cmd("record", "--interval", "0.5"),
         _probe_settled,
-        env=gputop_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"),
+        env=gputop_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", GPUTOP_BPF_LOADER="bcc"),
     )
     _procfs_with_note(frames, "not BPF Compiler Collection")
 

@@ -5,6 +5,11 @@ from /proc, one is marked as the switch, and each eBPF frame after it covers a
 whole interval (never the part of one since the attach). The victim is stopped
 around each tick so the kernel's counters, read right after the tick, cover
 exactly the frame's interval.
+
+``tests/test_probe_aot.py`` runs this same test in mount namespaces that hide
+the kernel headers and bcc (the object built ahead of time must carry it) or
+the kernel's BTF (bcc must), naming the loader it expects in
+``GPUTOP_TEST_EXPECT_LOADER``.
 """
 
 from __future__ import annotations
@@ -17,11 +22,19 @@ import pytest
 
 from gputop.sampler import Sampler
 from gputop.sources.procfs import ProcSource
-from gputop.sources.sched_probe import ATTACHED_NOTE, BpfSchedProbe
+from gputop.sources.sched_probe import ATTACHED_NOTE, BpfSchedProbe, Unavailable, preflight
 from tests.procutil import HOG, kill_all, spawn_python
-from tests.test_sched_probe import _why_not
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "the eBPF probe needs root (CAP_BPF + CAP_PERFMON)"
+    pre = preflight()
+    return pre.reason if isinstance(pre, Unavailable) else None
+
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+EXPECT_LOADER = os.environ.get("GPUTOP_TEST_EXPECT_LOADER")
 
 # Busy 30 ms, sleep 20 ms: it is on a CPU, waiting for one and blocked in every frame.
 VICTIM = """
@@ -97,7 +110,9 @@ def test_every_frame_from_the_first_matches_the_kernel():
         kill_all([victim, hog])
         sampler.close()
     kinds = [f.sources.sched for f, *_ in rows]
-    print("frames:", kinds)
+    print("loader:", probe.loader, "frames:", kinds)
+    if EXPECT_LOADER is not None:
+        assert probe.loader == EXPECT_LOADER, (probe.plan, probe.status)
     for f, r, ref_off, ref_runq in rows:
         print(
             f.sources.sched,

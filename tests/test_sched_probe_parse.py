@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gputop.sources.bpf_build import object_inputs_sha256
 from gputop.sources.sched_probe import (
     Unavailable,
+    bpf_object_path,
     bpf_source_path,
     has_bpf_capabilities,
     kernel_headers_present,
@@ -87,13 +89,16 @@ def test_capabilities_need_sys_admin_or_bpf_plus_perfmon():
     assert not has_bpf_capabilities(status(0))
 
 
-def test_the_bpf_program_is_found_from_the_source_tree():
+def test_the_bpf_program_and_its_object_are_found_from_the_source_tree():
     path = bpf_source_path()
     assert os.path.isfile(path)
     with open(path) as f:
         src = f.read()
-    assert "TRACEPOINT_PROBE(sched, sched_switch)" in src
-    assert "TRACEPOINT_PROBE(sched, sched_process_exit)" in src
+    assert "GT_TRACEPOINT(sched, sched_switch," in src
+    assert "GT_TRACEPOINT(sched, sched_process_exit," in src
+    obj = Path(bpf_object_path())
+    assert obj.parent == Path(path).parent
+    assert object_inputs_sha256(obj) is not None
 
 
 def test_headers_check_matches_bccs_own_kconfig_test(tmp_path, monkeypatch):

@@ -48,10 +48,10 @@ FIRST_FRAME = b"sched:"  # the status line names the sources once a frame has ar
 class PtyGputop:
     """gputop on the slave side of a real pseudo-terminal (120x40); everything it draws is kept."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, **env_extra: str) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", **env_extra)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gputop", *args],
             stdin=slave,
@@ -85,6 +85,9 @@ class PtyGputop:
             if self.proc.poll() is not None:
                 raise AssertionError(f"gputop exited early: {self.text()[-2000:]}")
             time.sleep(0.01)
+        # A failed test must not leave gputop running (drawing to a pty nobody reads).
+        self.proc.kill()
+        self.proc.wait()
         raise AssertionError(f"timed out; screen so far: {self.text()[-2000:]}")
 
     def drawn(self, mark: bytes) -> bool:
@@ -145,7 +148,10 @@ def _compilers(pid: int) -> list[psutil.Process]:
 
 def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
     before = _probe_progs()
-    g = PtyGputop("--interval", "0.5")
+    # The bcc compile is the window in which a child holds the programs; libbpf loads
+    # within the first tick, so its moments are start-up and running.
+    env = {"GPUTOP_BPF_LOADER": "bcc"} if moment == "probe-compile" else {}
+    g = PtyGputop("--interval", "0.5", **env)
     pid = g.proc.pid
     seen: set[int] = set()
     if moment == "start-up":

@@ -51,9 +51,13 @@ def _row(frame: Frame, pid: int) -> ProcessSample:
 
 
 def _ticks(sampler: Sampler, n: int) -> tuple[list[float], list[Frame]]:
-    """n ticks TICK_S apart; (the monotonic time just before each tick, its frame)."""
+    """n ticks TICK_S apart, the first TICK_S from now; (the time just before each tick, its frame).
+
+    Never at once: a second call right after a first would make a frame of a few
+    milliseconds, in which a 4 ms time slice may or may not end.
+    """
     times, frames = [], []
-    next_at = time.monotonic()
+    next_at = time.monotonic() + TICK_S
     for _ in range(n):
         time.sleep(max(0.0, next_at - time.monotonic()))
         times.append(time.monotonic())

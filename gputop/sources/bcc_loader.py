@@ -24,6 +24,16 @@ def _is_real_bcc(mod: ModuleType) -> bool:
     return hasattr(mod, "BPF")
 
 
+def bcc_present() -> bool:
+    """Whether a module named bcc can be found, without importing it (LLVM costs ~65 MiB).
+
+    The compiler child imports it and tells a real bcc from PyPI's namesake.
+    """
+    if "bcc" in sys.modules or importlib.util.find_spec("bcc") is not None:
+        return True
+    return any(os.path.exists(os.path.join(d, "bcc", "__init__.py")) for d in DISTRO_DIRS)
+
+
 def find_bcc() -> tuple[ModuleType | None, str | None]:
     """(the bcc module, None) or (None, why it cannot be had); the fix is ``INSTALL_FIX``."""
     global _cached

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -92,6 +93,19 @@ def _attach_pairs(bpf: Any, pairs: list[list[str]]) -> None:
             bpf.detach_tracepoint(tp=exit_tp.encode())
 
 
+_MAP_CALL = re.compile(r"\bGT_(LOOKUP|INSERT|UPDATE|DELETE)\(\s*(\w+)\s*,\s*")
+
+
+def bcc_source(text: str) -> str:
+    """The program in bcc's dialect: ``GT_LOOKUP(map, ...)`` written out as ``map.lookup(...)``.
+
+    bcc rewrites map calls only where the source spells them out, never inside
+    a macro expansion; the ahead-of-time build expands the same GT_ macros to
+    libbpf's helper calls (bpf/dialect.h).
+    """
+    return _MAP_CALL.sub(lambda m: f"{m.group(2)}.{m.group(1).lower()}(", text)
+
+
 def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], list[int]]:
     """(the message, the fds to send): a description of what is attached, or why not."""
     from gputop.sources.bcc_loader import find_bcc
@@ -101,8 +115,13 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
         return {"ok": False, "stage": "bcc", "reason": str(why)}, []
     started = time.monotonic()
     try:
+        with open(src, encoding="utf-8") as f:
+            text = bcc_source(f.read())
+    except OSError as exc:
+        return {"ok": False, "stage": "compile", "reason": f"cannot read {src}: {exc}"}, []
+    try:
         # bcc attaches every TRACEPOINT_PROBE while constructing.
-        bpf = bcc.BPF(src_file=src.encode(), cflags=cflags)
+        bpf = bcc.BPF(text=text.encode(), cflags=cflags)
     except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     compile_s = time.monotonic() - started

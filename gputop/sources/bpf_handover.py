@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -97,11 +98,21 @@ class Handover:
         return {name: int(prog_info(fd).id) for name, fd in self.programs.items()}
 
     def close(self) -> None:
-        """Detach and release everything: attachments first, then programs and maps."""
+        """Detach and release everything: attachments first, then programs and maps.
+
+        Each detach waits for an RCU grace period in the kernel (~75 ms here), so
+        the attachments are closed in parallel: about one grace period in all
+        instead of one per tracepoint (2.2 s for 28 of them, one after another).
+        """
         if self._closed:
             return
         self._closed = True
-        for fd in [*self.attachments.values(), *self.programs.values()]:
+        closers = [threading.Thread(target=_close, args=(fd,)) for fd in self.attachments.values()]
+        for t in closers:
+            t.start()
+        for t in closers:
+            t.join()
+        for fd in self.programs.values():
             _close(fd)
         for m in self.maps.values():
             _close(m.fd)

@@ -31,6 +31,23 @@ _SYS_BPF = {
     "i686": 357,
 }
 
+# perf_event_open(2): how a tracepoint program is attached (one perf event per tracepoint).
+_SYS_PERF_EVENT_OPEN = {
+    "x86_64": 298,
+    "aarch64": 241,
+    "riscv64": 241,
+    "loongarch64": 241,
+    "ppc64le": 319,
+    "s390x": 331,
+    "armv7l": 364,
+    "i686": 336,
+}
+_PERF_TYPE_TRACEPOINT = 2
+_PERF_SAMPLE_RAW = 1 << 10
+_PERF_FLAG_FD_CLOEXEC = 1 << 3
+_PERF_EVENT_IOC_ENABLE = 0x2400  # _IO('$', 0)
+_PERF_EVENT_IOC_SET_BPF = 0x40042408  # _IOW('$', 8, __u32)
+
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
@@ -39,6 +56,7 @@ BPF_PROG_GET_NEXT_ID = 11
 BPF_PROG_GET_FD_BY_ID = 13
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
+BPF_LINK_GET_NEXT_ID = 31
 
 BPF_ANY = 0
 # Per-CPU map types hold one value per possible CPU: not supported by this reader.
@@ -90,6 +108,24 @@ class _IdAttr(ctypes.Structure):
     )
 
 
+class _PerfEventAttr(ctypes.Structure):
+    """The leading fields of ``struct perf_event_attr`` (PERF_ATTR_SIZE_VER1, 72 bytes)."""
+
+    _fields_ = (
+        ("type", ctypes.c_uint32),
+        ("size", ctypes.c_uint32),
+        ("config", ctypes.c_uint64),
+        ("sample_period", ctypes.c_uint64),
+        ("sample_type", ctypes.c_uint64),
+        ("read_format", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+        ("wakeup_events", ctypes.c_uint32),
+        ("bp_type", ctypes.c_uint32),
+        ("config1", ctypes.c_uint64),
+        ("config2", ctypes.c_uint64),
+    )
+
+
 class MapInfo(ctypes.Structure):
     """The leading fields of ``struct bpf_map_info``."""
 
@@ -126,31 +162,80 @@ class ProgInfo(ctypes.Structure):
 _libc: Any = None
 
 
-def _sys_bpf() -> int:
-    nr = _SYS_BPF.get(platform.machine())
+def _syscall_nr(table: dict[str, int], what: str) -> int:
+    nr = table.get(platform.machine())
     if nr is None:
-        raise BpfError(errno.ENOSYS, f"bpf(2) number unknown on {platform.machine()}")
+        raise BpfError(errno.ENOSYS, f"{what} number unknown on {platform.machine()}")
     return nr
 
 
-def bpf(cmd: int, attr: ctypes.Structure) -> int:
-    """One ``bpf(2)`` call; raises BpfError with the errno on failure."""
+def _libc_handle() -> Any:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.syscall.restype = ctypes.c_long
-    ret = int(
-        _libc.syscall(
-            ctypes.c_long(_sys_bpf()),
-            ctypes.c_int(cmd),
-            ctypes.byref(attr),
-            ctypes.c_uint(ctypes.sizeof(attr)),
-        )
-    )
+        _libc.ioctl.restype = ctypes.c_int
+    return _libc
+
+
+def _checked(ret: int) -> int:
     if ret < 0:
         err = ctypes.get_errno()
         raise BpfError(err, os.strerror(err))
     return ret
+
+
+def bpf(cmd: int, attr: ctypes.Structure) -> int:
+    """One ``bpf(2)`` call; raises BpfError with the errno on failure."""
+    libc = _libc_handle()
+    return _checked(
+        int(
+            libc.syscall(
+                ctypes.c_long(_syscall_nr(_SYS_BPF, "bpf(2)")),
+                ctypes.c_int(cmd),
+                ctypes.byref(attr),
+                ctypes.c_uint(ctypes.sizeof(attr)),
+            )
+        )
+    )
+
+
+def attach_tracepoint(prog_fd: int, tracepoint_id: int) -> int:
+    """Attach a tracepoint program; returns the perf-event fd that holds the attachment.
+
+    One perf event (any task, CPU 0) with the program set on it runs the program
+    on every CPU, as bcc and libbpf attach tracepoints. Closing the fd (or
+    exiting) detaches it.
+    """
+    libc = _libc_handle()
+    attr = _PerfEventAttr(
+        type=_PERF_TYPE_TRACEPOINT,
+        size=ctypes.sizeof(_PerfEventAttr),
+        config=tracepoint_id,
+        sample_period=1,
+        sample_type=_PERF_SAMPLE_RAW,
+        wakeup_events=1,
+    )
+    nr = _syscall_nr(_SYS_PERF_EVENT_OPEN, "perf_event_open(2)")
+    fd = _checked(
+        int(
+            libc.syscall(
+                ctypes.c_long(nr),
+                ctypes.byref(attr),
+                ctypes.c_int(-1),
+                ctypes.c_int(0),
+                ctypes.c_int(-1),
+                ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC),
+            )
+        )
+    )
+    try:
+        for request, arg in ((_PERF_EVENT_IOC_SET_BPF, prog_fd), (_PERF_EVENT_IOC_ENABLE, 0)):
+            _checked(int(libc.ioctl(fd, ctypes.c_ulong(request), ctypes.c_int(arg))))
+    except BpfError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def map_info(fd: int) -> MapInfo:
@@ -169,19 +254,28 @@ def prog_info(fd: int) -> ProgInfo:
     return info
 
 
-def loaded_program_ids() -> set[int]:
-    """Ids of every BPF program loaded in the kernel now (what ``bpftool prog show`` lists)."""
+def _all_ids(cmd: int) -> set[int]:
     ids: set[int] = set()
     attr = _IdAttr(0, 0, 0)
     while True:
         try:
-            bpf(BPF_PROG_GET_NEXT_ID, attr)
+            bpf(cmd, attr)
         except BpfError as exc:
             if exc.errno == errno.ENOENT:
                 return ids
             raise
         ids.add(attr.next_id)
         attr.id = attr.next_id
+
+
+def loaded_program_ids() -> set[int]:
+    """Ids of every BPF program loaded in the kernel now (what ``bpftool prog show`` lists)."""
+    return _all_ids(BPF_PROG_GET_NEXT_ID)
+
+
+def link_ids() -> set[int]:
+    """Ids of every BPF link in the kernel now (what ``bpftool link show`` lists)."""
+    return _all_ids(BPF_LINK_GET_NEXT_ID)
 
 
 class LayoutMismatch(Exception):

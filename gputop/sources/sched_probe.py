@@ -1,12 +1,17 @@
-"""The eBPF scheduler probe: ``sched:sched_switch`` aggregated in kernel maps, via bcc.
+"""The eBPF scheduler probe: ``sched:sched_switch`` aggregated in kernel maps.
 
-``open()`` returns at once; a background thread checks the prerequisites and
-has a short-lived child process compile ``bpf/sched_probe.c`` with bcc (about
-half a second) and attach it (``bpf_handover``): this process never imports bcc
-or LLVM, and reads the maps with ``bpf(2)`` through ctypes mirrors of the C
-structs. Until then ``read()`` returns None and the sampler serves the /proc
-numbers, with ``status.reason`` saying what is happening or why the probe cannot
-run, and the fix.
+Two loaders, chosen by ``plan_loader()``. Where the kernel has BTF, ``open()``
+loads the CO-RE object built ahead of time (``bpf/sched_probe.bpf.o``) with
+libbpf and attaches it in tens of milliseconds, before it returns
+(``libbpf_loader``): no compiler, no kernel headers, no bcc. Elsewhere (or if
+libbpf refuses the object) a background thread has a short-lived child process
+compile ``bpf/sched_probe.c`` with bcc and attach it (``bpf_handover``); this
+process never imports bcc or LLVM. Either way the programs, attachments and
+maps are file descriptors of this process, and the maps are read with
+``bpf(2)`` through the ctypes structures of ``probe_abi``. Until the probe is
+attached ``read()`` returns None and the sampler serves the /proc numbers, with
+``status.reason`` saying what is happening or why the probe cannot run, and the
+fix.
 
 Each ``read()`` flips the program's epoch counter (so the longest stretch of the
 finished interval can be read), reads the maps in batches and returns the
@@ -27,17 +32,60 @@ from collections.abc import Collection, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from gputop.model.frame import SourceStatus
+from gputop.sources import libbpf_loader
 from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
-from gputop.sources.bcc_loader import INSTALL_FIX
+from gputop.sources.bcc_loader import INSTALL_FIX, bcc_present
+from gputop.sources.bpf_build import OBJECT_NAME
 from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
 from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
+from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach
+from gputop.sources.probe_abi import (
+    DEFAULT_MAX_PIPELINE,
+    DEFAULT_MAX_PREEMPT,
+    DEFAULT_MAX_TGIDS,
+    DEFAULT_MAX_THREADS,
+    ERROR_NAMES,
+    HIST_SLOTS,
+    WAKE_CLASSES,
+    WAKE_INPUT,
+    WAKE_IRQ,
+    WAKE_NONE,
+    WAKE_OTHER,
+    WAKE_THREAD,
+    GroupT,
+    IrqDepthT,
+    PreemptKeyT,
+    PreemptValT,
+    ProbeConfig,
+    ThreadT,
+    WaitersT,
+    WokeKeyT,
+    WokeValT,
+)
 
-MAX_THREADS = 32768
-MAX_TGIDS = 8192
-HIST_SLOTS = 40
+__all__ = [
+    "HIST_SLOTS",
+    "MAP_TYPES",
+    "WAKE_INPUT",
+    "WAKE_IRQ",
+    "WAKE_NONE",
+    "WAKE_OTHER",
+    "WAKE_THREAD",
+    "BpfSchedProbe",
+    "GroupT",
+    "LoaderPlan",
+    "ThreadT",
+    "Unavailable",
+    "plan_loader",
+    "preflight",
+]
+
+MAX_THREADS = DEFAULT_MAX_THREADS
+MAX_TGIDS = DEFAULT_MAX_TGIDS
 # Where bcc looks for a tracepoint's layout, in its own order.
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 SWEEP_EVERY_READS = 10
@@ -48,16 +96,12 @@ _CAP_SYS_ADMIN = 21
 _CAP_PERFMON = 38
 _CAP_BPF = 39
 
-_ERROR_NAMES = (
-    "thread map full",
-    "process map full",
-    "current was not the outgoing task",
-    "preemptor map full",
-)
 # Bounds of the pipeline/watched maps (workers and pin threads of every trainer)
 # and of the (victim, preemptor) map.
-MAX_PIPELINE = 4096
-MAX_PREEMPT = 8192
+MAX_PIPELINE = DEFAULT_MAX_PIPELINE
+MAX_PREEMPT = DEFAULT_MAX_PREEMPT
+# Which loader to use: unset (the best this node allows), "libbpf" or "bcc".
+LOADER_ENV = "GPUTOP_BPF_LOADER"
 # What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
 FOOTPRINT = (
     "eBPF probe footprint: tracepoints only (sched:sched_switch, sched_waking, sched_wakeup,"
@@ -91,95 +135,6 @@ IRQ_EVENT_PAIRS = (
 )
 
 
-# ctypes mirrors of bpf/sched_probe.c's map types: change them together. Each is
-# checked against the loaded program (sizes from the kernel, field names from
-# bcc) before the first read.
-
-
-class ThreadT(ctypes.Structure):
-    """``struct thread_t``: one thread's running totals, keyed by tid."""
-
-    _fields_ = (
-        ("out_ts", ctypes.c_uint64),
-        ("wake_ts", ctypes.c_uint64),
-        ("in_ts", ctypes.c_uint64),
-        ("runq_ns", ctypes.c_uint64),
-        ("blocked_ns", ctypes.c_uint64),
-        ("oncpu_ns", ctypes.c_uint64),
-        ("nivcsw", ctypes.c_uint64),
-        ("nvcsw", ctypes.c_uint64),
-        ("missed", ctypes.c_uint64),
-        ("longest_ns", ctypes.c_uint64 * 2),
-        ("longest_ep", ctypes.c_uint32 * 2),
-        ("tgid", ctypes.c_uint32),
-        ("runnable", ctypes.c_uint32),
-        ("wait_ns", ctypes.c_uint64 * 5),
-        ("wake_class", ctypes.c_uint32),
-        ("wait_slot", ctypes.c_uint32),
-        ("waker_tgid", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
-    )
-
-
-class GroupT(ctypes.Structure):
-    """``struct group_t``: one thread group's totals and histogram, keyed by tgid."""
-
-    _fields_ = (
-        ("dead_runq_ns", ctypes.c_uint64),
-        ("dead_blocked_ns", ctypes.c_uint64),
-        ("dead_oncpu_ns", ctypes.c_uint64),
-        ("dead_nivcsw", ctypes.c_uint64),
-        ("dead_nvcsw", ctypes.c_uint64),
-        ("dead_missed", ctypes.c_uint64),
-        ("longest_ns", ctypes.c_uint64 * 2),
-        ("longest_ep", ctypes.c_uint32 * 2),
-        ("hist", ctypes.c_uint64 * HIST_SLOTS),
-    )
-
-
-class PreemptKeyT(ctypes.Structure):
-    """``struct preempt_key_t``: a watched process and one that ran while it waited."""
-
-    _fields_ = (("victim", ctypes.c_uint32), ("by", ctypes.c_uint32))
-
-
-class PreemptValT(ctypes.Structure):
-    """``struct preempt_val_t``."""
-
-    _fields_ = (("ns", ctypes.c_uint64), ("count", ctypes.c_uint64))
-
-
-class WokeKeyT(ctypes.Structure):
-    """``struct woke_key_t``: a watched thread and the process that woke it."""
-
-    _fields_ = (("tid", ctypes.c_uint32), ("waker", ctypes.c_uint32))
-
-
-class WokeValT(ctypes.Structure):
-    """``struct woke_val_t``."""
-
-    _fields_ = (("ns", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("pad", ctypes.c_uint32))
-
-
-WAIT_SLOTS = 4
-
-
-class WaitersT(ctypes.Structure):
-    """``struct waiters_t``: the watched threads waiting in one CPU's run queue."""
-
-    _fields_ = (
-        ("tid", ctypes.c_uint32 * WAIT_SLOTS),
-        ("tgid", ctypes.c_uint32 * WAIT_SLOTS),
-        ("since", ctypes.c_uint64 * WAIT_SLOTS),
-    )
-
-
-class IrqDepthT(ctypes.Structure):
-    """``struct irq_depth_t``: one CPU's interrupt nesting depth (on its own cache line)."""
-
-    _fields_ = (("depth", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 15))
-
-
 # Every map of the program: name -> (key type, value type), None for a map only
 # the kernel side uses.
 MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
@@ -208,13 +163,23 @@ def possible_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def bpf_source_path() -> str:
-    """The BPF C program: inside the installed package, else the source tree's ``bpf/``."""
-    installed = resources.files("gputop") / "bpf" / "sched_probe.c"
+def _bpf_file(name: str) -> str:
+    """A file of ``bpf/``: inside the installed package, else the source tree's."""
+    installed = resources.files("gputop") / "bpf" / name
     if installed.is_file():
         return str(installed)
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "..", "bpf", "sched_probe.c"))
+    return os.path.normpath(os.path.join(here, "..", "..", "bpf", name))
+
+
+def bpf_source_path() -> str:
+    """The BPF C program (bcc compiles it at run time)."""
+    return _bpf_file("sched_probe.c")
+
+
+def bpf_object_path() -> str:
+    """The CO-RE object built ahead of time from it (libbpf loads it)."""
+    return _bpf_file(OBJECT_NAME)
 
 
 def state_masks(format_text: str) -> tuple[int, int] | None:
@@ -281,24 +246,31 @@ class Unavailable:
     fix: str | None
 
 
-def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
-    """Everything the probe needs before compiling, checked in order.
+@dataclass(frozen=True, slots=True)
+class KernelFacts:
+    """What the probe takes from this kernel's tracefs before loading."""
 
-    Returns the prev_state masks or why not. Cheap and side-effect free (it does
-    not import bcc: the compiler child finds bcc, and says so when it cannot),
-    so ``gputop doctor`` can call it too.
-    """
+    masks: tuple[int, int]  # sched_switch prev_state: (not runnable, exiting)
+    group_dead: bool  # sched_process_exit has a group_dead field (Linux 6.16+)
+
+
+def _tracefs_format(category: str, event: str) -> str | None:
+    for d in TRACEFS_DIRS:
+        fmt = _read_text(f"{d}/events/{category}/{event}/format")
+        if fmt is not None:
+            return fmt
+    return None
+
+
+def kernel_facts(proc_root: str = "/proc") -> KernelFacts | Unavailable:
+    """Privileges and tracefs, which both loaders need, and what the probe reads there."""
     status_text = _read_text(f"{proc_root}/self/status") or ""
     if not has_bpf_capabilities(status_text):
         return Unavailable(
             "needs root (or CAP_BPF + CAP_PERFMON)",
             "run gputop with sudo (or give it CAP_BPF, CAP_PERFMON and read access to tracefs)",
         )
-    fmt = None
-    for d in TRACEFS_DIRS:
-        fmt = _read_text(f"{d}/events/sched/sched_switch/format")
-        if fmt is not None:
-            break
+    fmt = _tracefs_format("sched", "sched_switch")
     if fmt is None:
         return Unavailable(
             "tracefs is not mounted (no sched_switch format)",
@@ -307,24 +279,106 @@ def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
     masks = state_masks(fmt)
     if masks is None:
         return Unavailable("cannot read prev_state flags from sched_switch's format", None)
-    release = os.uname().release
+    exit_fmt = _tracefs_format("sched", "sched_process_exit") or ""
+    return KernelFacts(masks, re.search(r"\bgroup_dead;", exit_fmt) is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderPlan:
+    """Which loader the probe uses here, why, and what the node lacks for the other one.
+
+    ``bcc_fallback``: bcc can take over if libbpf refuses the object.
+    """
+
+    loader: str  # "libbpf" | "bcc"
+    why: str
+    other: str
+    bcc_fallback: bool = False
+
+
+def libbpf_problem(object_path: str | None = None) -> Unavailable | None:
+    """Why the ahead-of-time object cannot be loaded here (None: it can)."""
+    why = libbpf_loader.kernel_btf_problem()
+    if why is not None:
+        return Unavailable(why, "use a kernel built with CONFIG_DEBUG_INFO_BTF=y")
+    _, why = libbpf_loader.find_libbpf()
+    if why is not None:
+        return Unavailable(why, libbpf_loader.libbpf_fix())
+    path = object_path or bpf_object_path()
+    if not os.path.isfile(path):
+        return Unavailable(f"this gputop has no probe object ({path})", "reinstall gputop")
+    return None
+
+
+def bcc_problem(release: str | None = None) -> Unavailable | None:
+    """Why bcc cannot compile the probe here (None: it may; the child has the last word).
+
+    Checked without importing bcc: only the compiler child ever does.
+    """
+    if not bcc_present():
+        return Unavailable("bcc (BPF Compiler Collection) is not installed", INSTALL_FIX)
+    release = release or os.uname().release
     if not kernel_headers_present(release):
         return Unavailable(
             f"no kernel headers for {release}",
             f"apt-get install linux-headers-{release} (or set BCC_KERNEL_SOURCE)",
         )
-    return masks
+    return None
 
 
-# thread_t.wait_ns indices (WAKE_* in bpf/sched_probe.c).
-WAKE_NONE, WAKE_INPUT, WAKE_THREAD, WAKE_IRQ, WAKE_OTHER = range(5)
-_WAKE_FIELDS = (
-    "wait_unknown_ns",
-    "wait_input_ns",
-    "wait_thread_ns",
-    "wait_irq_ns",
-    "wait_other_ns",
-)
+def plan_loader(forced: str | None = None) -> LoaderPlan | Unavailable:
+    """The loader for this node: libbpf where the kernel has BTF, else bcc; or why neither.
+
+    ``forced`` ("libbpf" or "bcc"; default ``$GPUTOP_BPF_LOADER``) allows only that one.
+    """
+    forced = forced if forced is not None else os.environ.get(LOADER_ENV, "")
+    core = libbpf_problem()
+    bcc = bcc_problem()
+    if forced not in ("", "libbpf", "bcc"):
+        return Unavailable(f"{LOADER_ENV}={forced} names no loader", "use libbpf or bcc")
+    if forced == "bcc" or (forced == "" and core is not None):
+        if bcc is not None:
+            if forced:
+                return bcc
+            return Unavailable(
+                f"{core.reason if core else ''}, and {bcc.reason}",
+                f"{core.fix if core else ''}; or for bcc: {bcc.fix}",
+            )
+        why = f"{LOADER_ENV}=bcc" if forced else f"{core.reason if core else ''}"
+        other = core.reason if core else "libbpf could load the object built ahead of time"
+        return LoaderPlan("bcc", f"{why}: compiled at run time by bcc", other)
+    if core is not None:
+        return core
+    version = libbpf_loader.libbpf_version() or "?"
+    why = f"the kernel has BTF: the object built ahead of time, loaded by libbpf {version}"
+    other = "bcc fallback ready" if bcc is None else f"bcc fallback unavailable: {bcc.reason}"
+    return LoaderPlan("libbpf", why, other, bcc_fallback=bcc is None and forced == "")
+
+
+def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
+    """Everything the probe needs before loading, checked in order.
+
+    Returns the prev_state masks or why not. Cheap and side-effect free (it
+    never imports bcc), so ``gputop doctor`` can call it too.
+    """
+    facts = kernel_facts(proc_root)
+    if isinstance(facts, Unavailable):
+        return facts
+    plan = plan_loader()
+    if isinstance(plan, Unavailable):
+        return plan
+    return facts.masks
+
+
+# thread_t.wait_ns, by index (WAKE_* in probe_abi).
+_WAKE_FIELD_OF = {
+    WAKE_NONE: "wait_unknown_ns",
+    WAKE_INPUT: "wait_input_ns",
+    WAKE_THREAD: "wait_thread_ns",
+    WAKE_IRQ: "wait_irq_ns",
+    WAKE_OTHER: "wait_other_ns",
+}
+_WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
 _CUM_FIELDS = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed", *_WAKE_FIELDS)
 
 
@@ -443,12 +497,15 @@ def _longest(ns: Any, ep: Any, epoch: int) -> int:
 
 
 class BpfSchedProbe:
-    """Scheduler probe on ``sched:sched_switch`` (bcc, in a child); implements ``SchedProbe``.
+    """Scheduler probe on ``sched:sched_switch`` (libbpf, or bcc in a child); a ``SchedProbe``.
 
     ``max_threads`` and ``max_tgids`` bound the kernel maps; when one is full
     the probe counts the failed insert, and ``status.reason`` says so.
-    ``compile_nice`` is the nice value of the compiling thread (19: the compile
-    only gets CPU the watched job leaves over).
+    ``compile_nice`` is the nice value of the bcc compiler child (19: the
+    compile only gets CPU the watched job leaves over). ``use_loader``
+    ("libbpf" or "bcc") allows only that loader (default: ``$GPUTOP_BPF_LOADER``,
+    else the best this node has). ``loader`` is the one that attached it,
+    ``plan`` why that one.
     """
 
     def __init__(
@@ -457,11 +514,13 @@ class BpfSchedProbe:
         max_tgids: int = MAX_TGIDS,
         proc_root: str = "/proc",
         compile_nice: int = COMPILE_NICE,
+        use_loader: str | None = None,
     ) -> None:
         self.max_threads = max_threads
         self.max_tgids = max_tgids
         self.proc_root = proc_root
         self.compile_nice = compile_nice
+        self.use_loader = use_loader
         self._lock = threading.Lock()
         self._status = SourceStatus("sched", "bpf", False, "eBPF probe not started")
         self._handover: Handover | None = None
@@ -489,6 +548,11 @@ class BpfSchedProbe:
         self.irq_tracepoints: tuple[str, ...] = ()
         # Why the probe is off, as fields (status.reason is worded for the status line).
         self.failure: Unavailable | None = None
+        self._opened = False
+        self.plan: LoaderPlan | None = None
+        self.loader: str | None = None
+        # Why libbpf's attempt gave way to bcc, when it did.
+        self.libbpf_failure: str | None = None
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -501,16 +565,88 @@ class BpfSchedProbe:
         return self._handover is not None
 
     def open(self) -> None:
-        """Start compiling and attaching on a background thread; returns at once."""
+        """Load and attach: with libbpf before returning, with bcc on a background thread.
+
+        libbpf takes tens of milliseconds, so the sampler's first tick already
+        has the probe; bcc compiles for seconds, during which ``read()``
+        returns None and the sampler serves /proc's numbers.
+        """
         with self._lock:
-            if self._thread is not None or self._closed:
+            if self._opened or self._closed:
+                return
+            self._opened = True
+        started = time.monotonic()
+        facts = kernel_facts(self.proc_root)
+        if isinstance(facts, Unavailable):
+            self._fail(facts.reason, facts.fix)
+            return
+        plan = plan_loader(self.use_loader)
+        if isinstance(plan, Unavailable):
+            self._fail(plan.reason, plan.fix)
+            return
+        self.plan = plan
+        if plan.loader == "libbpf":
+            self._status = SourceStatus("sched", "bpf", False, "loading the BPF program…")
+            try:
+                ho = self._load_libbpf(facts)
+            except LibbpfError as exc:
+                if not plan.bcc_fallback:
+                    self._fail(
+                        f"libbpf could not load the probe: {exc.reason}",
+                        "run `gputop doctor`: it checks libbpf, kernel BTF and tracefs",
+                    )
+                    return
+                self.libbpf_failure = exc.reason
+            else:
+                self._take(ho, "libbpf", started)
+                return
+        with self._lock:
+            if self._closed:
                 return
             self._status = SourceStatus("sched", "bpf", False, "compiling BPF program…")
-            self._thread = threading.Thread(target=self._load, name="gputop-bpf-load", daemon=True)
+            self._thread = threading.Thread(
+                target=self._load_bcc, args=(facts, started), name="gputop-bpf-load", daemon=True
+            )
             self._thread.start()
 
+    def max_entries(self) -> dict[str, int]:
+        """Every map's bound on this node."""
+        cpus = possible_cpus()
+        return {
+            "threads": self.max_threads,
+            "exiting": self.max_threads,
+            "groups": self.max_tgids,
+            "pipeline": MAX_PIPELINE,
+            "watched": MAX_PIPELINE,
+            "preempt": MAX_PREEMPT,
+            "other_wakers": MAX_PREEMPT,
+            "cpu_waiters": cpus,
+            "irq_depth": cpus,
+        }
+
+    def _load_libbpf(self, facts: KernelFacts) -> Handover:
+        tracefs = next((d for d in TRACEFS_DIRS if os.path.isdir(f"{d}/events")), TRACEFS_DIRS[0])
+        config = ProbeConfig(
+            not_runnable_mask=facts.masks[0], dead_mask=facts.masks[1], max_cpus=possible_cpus()
+        )
+        events = ("sched_switch", "sched_waking", "sched_wakeup", "sched_process_exit")
+        return libbpf_loader.load(
+            Path(bpf_object_path()),
+            config,
+            self.max_entries(),
+            [TracepointAttach(f"tracepoint__sched__{e}", f"sched:{e}") for e in events],
+            [
+                (
+                    TracepointAttach("on_irq_entry", f"{c}:{e}_entry"),
+                    TracepointAttach("on_irq_exit", f"{c}:{e}_exit"),
+                )
+                for c, e in self._irq_pairs()
+            ],
+            tracefs=tracefs,
+        )
+
     def wait_attached(self, timeout_s: float) -> bool:
-        """Block until the background load ends (attached or failed); True when attached."""
+        """Block until loading ends (attached or failed); True when attached."""
         t = self._thread
         if t is not None:
             t.join(timeout_s)
@@ -541,26 +677,22 @@ class BpfSchedProbe:
             text += f"; fix: {fix}"
         self._status = SourceStatus("sched", "bpf", False, text, fix)
 
-    def compile_flags(self, masks: tuple[int, int]) -> list[str]:
-        """The -D definitions bpf/sched_probe.c needs, for this kernel's prev_state masks."""
+    def compile_flags(self, facts: KernelFacts) -> list[str]:
+        """bcc's -D definitions and include path for bpf/sched_probe.c on this kernel."""
         return [
             f"-DMAX_THREADS={self.max_threads}",
             f"-DMAX_TGIDS={self.max_tgids}",
-            f"-DHIST_SLOTS={HIST_SLOTS}",
             f"-DMAX_PIPELINE={MAX_PIPELINE}",
             f"-DMAX_PREEMPT={MAX_PREEMPT}",
             f"-DMAX_CPUS={possible_cpus()}",
-            f"-DNOT_RUNNABLE_MASK={masks[0]:#x}",
-            f"-DDEAD_MASK={masks[1]:#x}",
+            f"-DNOT_RUNNABLE_MASK={facts.masks[0]:#x}",
+            f"-DDEAD_MASK={facts.masks[1]:#x}",
+            f"-DHAVE_GROUP_DEAD={int(facts.group_dead)}",
+            f"-I{os.path.dirname(bpf_source_path())}",
         ]
 
-    def _load(self) -> None:
-        started = time.monotonic()
-        masks = preflight(self.proc_root)
-        if isinstance(masks, Unavailable):
-            self._fail(masks.reason, masks.fix)
-            return
-        cflags = self.compile_flags(masks)
+    def _load_bcc(self, facts: KernelFacts, started: float) -> None:
+        cflags = self.compile_flags(facts)
         with self._lock:
             if self._closed:
                 return
@@ -583,14 +715,18 @@ class BpfSchedProbe:
             if exc.unavailable:
                 self._fail(exc.reason, INSTALL_FIX)
             else:
-                self._fail(
-                    f"BPF program failed to load: {exc.reason}",
-                    "run `gputop doctor`: it checks bcc, kernel headers and tracefs",
-                )
+                reason = f"BPF program failed to load: {exc.reason}"
+                if self.libbpf_failure:
+                    reason += f" (and libbpf: {self.libbpf_failure})"
+                self._fail(reason, "run `gputop doctor`: it checks bcc, kernel headers and tracefs")
             return
         finally:
             with self._lock:
                 self._spawned = None
+        self._take(ho, "bcc", started)
+
+    def _take(self, ho: Handover, loader: str, started: float) -> None:
+        """Adopt an attached program: check the maps against gputop's structures, start reading."""
         try:
             maps = ho.open_maps(MAP_TYPES)
         except (LayoutMismatch, BpfError) as exc:
@@ -603,6 +739,7 @@ class BpfSchedProbe:
                 return
             self._handover = ho
             self._maps = maps
+            self.loader = loader
             self.irq_tracepoints = tuple(
                 a.removeprefix("tracepoint:").removesuffix("_entry")
                 for a in ho.attachments
@@ -841,6 +978,10 @@ class BpfSchedProbe:
                 longest = _longest(row.longest_ns, row.longest_ep, ended)
                 hist = tuple(int(x) for x in row.hist)
                 ph = self._prev_hist.get(tgid)
+                if ph is None and tgid in self._prev_tgid:
+                    # Known at the last read but without a row: the kernel created the
+                    # row (at its first off-CPU stretch) in this interval, from zero.
+                    ph = (0,) * len(hist)
                 if ph is not None:
                     hist_d = tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
                 new_prev_hist[tgid] = hist if ph is None else tuple(map(max, hist, ph))
@@ -931,8 +1072,8 @@ class BpfSchedProbe:
         for k, v in maps["errors"].items():
             n = _as_int(v)
             idx = _as_int(k)
-            if n and idx < len(_ERROR_NAMES):
-                parts.append(f"{_ERROR_NAMES[idx]}: {n}")
+            if n and idx < len(ERROR_NAMES):
+                parts.append(f"{ERROR_NAMES[idx]}: {n}")
         return ", ".join(parts)
 
     def sweep(self, tgids: Iterable[int], tids: Iterable[int]) -> int:

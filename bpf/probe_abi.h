@@ -1,0 +1,97 @@
+// Generated from gputop/sources/probe_abi.py by scripts/build_bpf.py: do not edit.
+// What the BPF program and gputop share: constants and the layouts of map values.
+#ifndef GPUTOP_PROBE_ABI_H
+#define GPUTOP_PROBE_ABI_H
+
+#define WAKE_NONE 0
+#define WAKE_INPUT 1
+#define WAKE_THREAD 2
+#define WAKE_IRQ 3
+#define WAKE_OTHER 4
+#define WAKE_CLASSES 5
+#define HIST_SLOTS 40
+#define WAIT_SLOTS 4
+#define ERR_THREAD_MAP_FULL 0
+#define ERR_GROUP_MAP_FULL 1
+#define ERR_NOT_PREV 2
+#define ERR_AUX_MAP_FULL 3
+#define ERROR_SLOTS 4
+#define DEFAULT_MAX_THREADS 32768
+#define DEFAULT_MAX_TGIDS 8192
+#define DEFAULT_MAX_PIPELINE 4096
+#define DEFAULT_MAX_PREEMPT 8192
+#define DEFAULT_MAX_CPUS 64
+
+struct thread_t {
+    u64 out_ts;  // when it last left a CPU; 0 while on a CPU or unknown
+    u64 wake_ts;  // when it was woken after leaving blocked; 0 if not (yet)
+    u64 in_ts;  // when it last got a CPU; 0 while off or unknown
+    u64 runq_ns;  // runnable, waiting for a CPU: preempted, or woken and not yet run
+    u64 blocked_ns;  // blocked: from a blocking switch-out to its wakeup
+    u64 oncpu_ns;
+    u64 nivcsw;  // switched out runnable (preempted, yielded)
+    u64 nvcsw;  // switched out blocked
+    u64 missed;  // switches the probe did not see (detected afterwards)
+    u64 longest_ns[2];  // longest stretch ended in epoch longest_ep[i]
+    u32 longest_ep[2];
+    u32 tgid;
+    u32 runnable;  // state at the last switch-out
+    u64 wait_ns[5];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
+    u32 wake_class;  // class of the waking that ended the current blocked stretch
+    u32 wait_slot;  // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
+    u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
+    u32 pad;
+};
+
+struct group_t {
+    u64 dead_runq_ns;  // totals folded in from threads that have exited
+    u64 dead_blocked_ns;
+    u64 dead_oncpu_ns;
+    u64 dead_nivcsw;
+    u64 dead_nvcsw;
+    u64 dead_missed;
+    u64 longest_ns[2];
+    u32 longest_ep[2];
+    u64 hist[40];  // off-CPU stretches by floor(log2(ns))
+};
+
+struct preempt_key_t {
+    u32 victim;  // tgid
+    u32 by;  // tgid (a kernel thread's pid)
+};
+
+struct preempt_val_t {
+    u64 ns;
+    u64 count;
+};
+
+struct woke_key_t {
+    u32 tid;  // the wakee
+    u32 waker;  // tgid
+};
+
+struct woke_val_t {
+    u64 ns;
+    u32 tgid;  // the wakee's
+    u32 pad;
+};
+
+struct waiters_t {
+    u32 tid[4];
+    u32 tgid[4];
+    u64 since[4];
+};
+
+struct irq_depth_t {
+    u32 depth;
+    u32 pad[15];
+};
+
+struct probe_config {
+    u64 not_runnable_mask;  // prev_state bits meaning not runnable (S D T t X Z P I)
+    u64 dead_mask;  // prev_state bits of an exiting task (X Z)
+    u32 max_cpus;  // bound of the per-CPU slots (possible CPUs)
+    u32 pad;
+};
+
+#endif

@@ -1,0 +1,269 @@
+"""What the BPF program and gputop share, defined once: constants and the layouts of map values.
+
+``bpf/probe_abi.h`` is generated from this module (``scripts/build_bpf.py``);
+``scripts/build_bpf.py --check`` and the test suite fail when the header no
+longer matches it. The C program includes the header; ``sources/sched_probe.py``
+reads the maps through these ctypes structures, which are also checked against
+the loaded program (sizes from the kernel, field names from BTF or bcc) before
+the first read.
+
+Pure ctypes: the wheel's build hook imports this file by path, without gputop's
+dependencies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, ClassVar
+
+# Who woke a blocked thread: the index into thread_t.wait_ns.
+WAKE_NONE = 0  # no sched_waking seen for this stretch
+WAKE_INPUT = 1  # its input pipeline: a worker or pin-memory thread of its trainer
+WAKE_THREAD = 2  # another thread of its own process
+WAKE_IRQ = 3  # interrupt context (timers, device interrupts, IPIs)
+WAKE_OTHER = 4  # another process
+WAKE_CLASSES = 5
+
+HIST_SLOTS = 40  # log2 buckets of off-CPU stretches (ns): 2^39 ns is about 9 minutes
+WAIT_SLOTS = 4  # watched threads that can wait in one CPU's run queue at a time
+
+# Indices of the errors map: failed map updates the probe counts.
+ERR_THREAD_MAP_FULL = 0
+ERR_GROUP_MAP_FULL = 1
+ERR_NOT_PREV = 2  # "current" was not sched_switch's prev (should never happen)
+ERR_AUX_MAP_FULL = 3  # the preemptor or waker map
+ERROR_SLOTS = 4
+ERROR_NAMES = (
+    "thread map full",
+    "process map full",
+    "current was not the outgoing task",
+    "preemptor map full",
+)
+
+# Map bounds the object is built with; the loader resizes every map before loading.
+DEFAULT_MAX_THREADS = 32768
+DEFAULT_MAX_TGIDS = 8192
+DEFAULT_MAX_PIPELINE = 4096
+DEFAULT_MAX_PREEMPT = 8192
+DEFAULT_MAX_CPUS = 64
+
+# Plain integer constants written to the header as #defines, in this order.
+CONSTANTS = (
+    "WAKE_NONE",
+    "WAKE_INPUT",
+    "WAKE_THREAD",
+    "WAKE_IRQ",
+    "WAKE_OTHER",
+    "WAKE_CLASSES",
+    "HIST_SLOTS",
+    "WAIT_SLOTS",
+    "ERR_THREAD_MAP_FULL",
+    "ERR_GROUP_MAP_FULL",
+    "ERR_NOT_PREV",
+    "ERR_AUX_MAP_FULL",
+    "ERROR_SLOTS",
+    "DEFAULT_MAX_THREADS",
+    "DEFAULT_MAX_TGIDS",
+    "DEFAULT_MAX_PIPELINE",
+    "DEFAULT_MAX_PREEMPT",
+    "DEFAULT_MAX_CPUS",
+)
+
+
+class AbiStruct(ctypes.Structure):
+    """A struct shared with the BPF program; ``_c_name_`` and per-field ``_notes_`` go to C."""
+
+    _c_name_ = ""
+    _notes_: ClassVar[dict[str, str]] = {}
+
+
+class ThreadT(AbiStruct):
+    """``struct thread_t``: one thread's running totals, keyed by tid.
+
+    Written only around that thread's own switches, which the scheduler
+    serialises, so plain stores are enough.
+    """
+
+    _c_name_ = "thread_t"
+    _fields_ = (
+        ("out_ts", ctypes.c_uint64),
+        ("wake_ts", ctypes.c_uint64),
+        ("in_ts", ctypes.c_uint64),
+        ("runq_ns", ctypes.c_uint64),
+        ("blocked_ns", ctypes.c_uint64),
+        ("oncpu_ns", ctypes.c_uint64),
+        ("nivcsw", ctypes.c_uint64),
+        ("nvcsw", ctypes.c_uint64),
+        ("missed", ctypes.c_uint64),
+        ("longest_ns", ctypes.c_uint64 * 2),
+        ("longest_ep", ctypes.c_uint32 * 2),
+        ("tgid", ctypes.c_uint32),
+        ("runnable", ctypes.c_uint32),
+        ("wait_ns", ctypes.c_uint64 * WAKE_CLASSES),
+        ("wake_class", ctypes.c_uint32),
+        ("wait_slot", ctypes.c_uint32),
+        ("waker_tgid", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+    _notes_: ClassVar[dict[str, str]] = {
+        "out_ts": "when it last left a CPU; 0 while on a CPU or unknown",
+        "wake_ts": "when it was woken after leaving blocked; 0 if not (yet)",
+        "in_ts": "when it last got a CPU; 0 while off or unknown",
+        "runq_ns": "runnable, waiting for a CPU: preempted, or woken and not yet run",
+        "blocked_ns": "blocked: from a blocking switch-out to its wakeup",
+        "nivcsw": "switched out runnable (preempted, yielded)",
+        "nvcsw": "switched out blocked",
+        "missed": "switches the probe did not see (detected afterwards)",
+        "longest_ns": "longest stretch ended in epoch longest_ep[i]",
+        "runnable": "state at the last switch-out",
+        "wait_ns": "blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen",
+        "wake_class": "class of the waking that ended the current blocked stretch",
+        "wait_slot": "a watched thread waiting for a CPU: its slot in cpu_waiters + 1",
+        "waker_tgid": "WAKE_OTHER of a watched thread: the waking process",
+    }
+
+
+class GroupT(AbiStruct):
+    """``struct group_t``: one thread group's totals and histogram, keyed by tgid.
+
+    Threads of a group switch on several CPUs at once, so its counters take
+    atomic adds.
+    """
+
+    _c_name_ = "group_t"
+    _fields_ = (
+        ("dead_runq_ns", ctypes.c_uint64),
+        ("dead_blocked_ns", ctypes.c_uint64),
+        ("dead_oncpu_ns", ctypes.c_uint64),
+        ("dead_nivcsw", ctypes.c_uint64),
+        ("dead_nvcsw", ctypes.c_uint64),
+        ("dead_missed", ctypes.c_uint64),
+        ("longest_ns", ctypes.c_uint64 * 2),
+        ("longest_ep", ctypes.c_uint32 * 2),
+        ("hist", ctypes.c_uint64 * HIST_SLOTS),
+    )
+    _notes_: ClassVar[dict[str, str]] = {
+        "dead_runq_ns": "totals folded in from threads that have exited",
+        "hist": "off-CPU stretches by floor(log2(ns))",
+    }
+
+
+class PreemptKeyT(AbiStruct):
+    """``struct preempt_key_t``: a watched process and one that ran while it waited."""
+
+    _c_name_ = "preempt_key_t"
+    _fields_ = (("victim", ctypes.c_uint32), ("by", ctypes.c_uint32))
+    _notes_: ClassVar[dict[str, str]] = {"victim": "tgid", "by": "tgid (a kernel thread's pid)"}
+
+
+class PreemptValT(AbiStruct):
+    """``struct preempt_val_t``: run-queue time lost to one preemptor, and how often."""
+
+    _c_name_ = "preempt_val_t"
+    _fields_ = (("ns", ctypes.c_uint64), ("count", ctypes.c_uint64))
+
+
+class WokeKeyT(AbiStruct):
+    """``struct woke_key_t``: a watched thread and the process that woke it."""
+
+    _c_name_ = "woke_key_t"
+    _fields_ = (("tid", ctypes.c_uint32), ("waker", ctypes.c_uint32))
+    _notes_: ClassVar[dict[str, str]] = {"tid": "the wakee", "waker": "tgid"}
+
+
+class WokeValT(AbiStruct):
+    """``struct woke_val_t``: blocked time ended by that waker."""
+
+    _c_name_ = "woke_val_t"
+    _fields_ = (("ns", ctypes.c_uint64), ("tgid", ctypes.c_uint32), ("pad", ctypes.c_uint32))
+    _notes_: ClassVar[dict[str, str]] = {"tgid": "the wakee's"}
+
+
+class WaitersT(AbiStruct):
+    """``struct waiters_t``: the watched threads waiting in one CPU's run queue."""
+
+    _c_name_ = "waiters_t"
+    _fields_ = (
+        ("tid", ctypes.c_uint32 * WAIT_SLOTS),
+        ("tgid", ctypes.c_uint32 * WAIT_SLOTS),
+        ("since", ctypes.c_uint64 * WAIT_SLOTS),
+    )
+
+
+class IrqDepthT(AbiStruct):
+    """``struct irq_depth_t``: one CPU's interrupt nesting depth, on its own cache line."""
+
+    _c_name_ = "irq_depth_t"
+    _fields_ = (("depth", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 15))
+
+
+class ProbeConfig(AbiStruct):
+    """``struct probe_config``: what differs per node, set by the loader before the program loads.
+
+    In the ahead-of-time object it is a ``const volatile`` global (.rodata), so
+    the verifier sees the values as constants; bcc gets the same values as -D
+    flags.
+    """
+
+    _c_name_ = "probe_config"
+    _fields_ = (
+        ("not_runnable_mask", ctypes.c_uint64),
+        ("dead_mask", ctypes.c_uint64),
+        ("max_cpus", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    )
+    _notes_: ClassVar[dict[str, str]] = {
+        "not_runnable_mask": "prev_state bits meaning not runnable (S D T t X Z P I)",
+        "dead_mask": "prev_state bits of an exiting task (X Z)",
+        "max_cpus": "bound of the per-CPU slots (possible CPUs)",
+    }
+
+
+STRUCTS: tuple[type[AbiStruct], ...] = (
+    ThreadT,
+    GroupT,
+    PreemptKeyT,
+    PreemptValT,
+    WokeKeyT,
+    WokeValT,
+    WaitersT,
+    IrqDepthT,
+    ProbeConfig,
+)
+
+_C_SCALARS: dict[Any, str] = {
+    ctypes.c_uint8: "u8",
+    ctypes.c_uint32: "u32",
+    ctypes.c_uint64: "u64",
+    ctypes.c_int32: "s32",
+    ctypes.c_int64: "s64",
+}
+
+
+def _c_field(name: str, ctype: Any) -> str:
+    if hasattr(ctype, "_length_"):
+        return f"{_C_SCALARS[ctype._type_]} {name}[{ctype._length_}];"
+    return f"{_C_SCALARS[ctype]} {name};"
+
+
+def c_header() -> str:
+    """The text of ``bpf/probe_abi.h``."""
+    out = [
+        "// Generated from gputop/sources/probe_abi.py by scripts/build_bpf.py: do not edit.",
+        "// What the BPF program and gputop share: constants and the layouts of map values.",
+        "#ifndef GPUTOP_PROBE_ABI_H",
+        "#define GPUTOP_PROBE_ABI_H",
+        "",
+    ]
+    g = globals()
+    out += [f"#define {name} {g[name]}" for name in CONSTANTS]
+    for s in STRUCTS:
+        out += ["", f"struct {s._c_name_} {{"]
+        for field in s._fields_:
+            name, ctype = field[0], field[1]
+            line = "    " + _c_field(name, ctype)
+            note = s._notes_.get(name)
+            out.append(f"{line}  // {note}" if note else line)
+        out.append("};")
+    out += ["", "#endif", ""]
+    return "\n".join(out)
