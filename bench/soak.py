@@ -8,10 +8,11 @@ The TUI runs in tmux (120x40) as a user would start it (`python -m gputop --inte
 `--no-bpf` passes through), beside:
 
 - ``--idle`` N idle processes (forked from one helper, each asleep in ``pause()``);
-- ``--rate`` R short-lived processes a second (forked from a second helper), each burning
-  ``--cpu-ms`` of CPU and then sleeping until it is ``--life-s`` old: a data pipeline that
-  shells out per file, a compile job, a cron burst. They use CPU, so they reach the table's
-  top consumers and the history: the churn that used to grow the TUI without bound.
+- ``--rate`` R short-lived processes a second (forked from a second helper), each using
+  ``--cpu-ms`` of CPU spread over its ``--life-s`` (a slice of CPU every 0.1 s): a data
+  pipeline that shells out per file, a compile job, a cron burst. They use CPU on every
+  tick they live through, so they reach the table's top consumers and the history: the
+  churn that used to grow the TUI without bound.
 
 Every 5 s the main gputop process's VmRSS is read; each minute prints the RSS at its end
 and its peak, gputop's CPU over the minute (% of one core: utime+stime of its process tree,
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bench.tui_cpu import Tmux, status_kib, tree_ticks, uptime  # noqa: E402
 
 RSS_EVERY_S = 5.0
+JOB_SLICE_S = 0.1
 FILLED_MINUTE = 11  # the history window is 10 minutes: from minute 11 on it holds a full one
 
 
@@ -73,11 +75,7 @@ def churn_child(rate: float, cpu_ms: float, life_s: float, counter: str) -> None
         else:
             if os.fork() == 0:
                 _name(b"soak-job")
-                born = time.monotonic()
-                end_cpu = time.thread_time() + cpu_ms / 1000
-                while time.thread_time() < end_cpu:
-                    pass
-                time.sleep(max(0.0, born + life_s - time.monotonic()))
+                job(cpu_ms, life_s)
                 os._exit(0)
             started += 1
         while True:
@@ -93,6 +91,33 @@ def churn_child(rate: float, cpu_ms: float, life_s: float, counter: str) -> None
             with open(tmp, "w") as f:
                 f.write(str(started))
             os.replace(tmp, counter)
+
+
+def job(cpu_ms: float, life_s: float) -> None:
+    """Use ``cpu_ms`` of CPU in equal slices, one every 0.1 s, for ``life_s`` seconds."""
+    slices = max(1, round(life_s / JOB_SLICE_S))
+    born = time.monotonic()
+    for k in range(slices):
+        end_cpu = time.thread_time() + cpu_ms / 1000 / slices
+        while time.thread_time() < end_cpu:
+            pass
+        time.sleep(max(0.0, born + (k + 1) * life_s / slices - time.monotonic()))
+
+
+class SoakTmux(Tmux):
+    """The TUI's tmux session, closed by waiting for ``q`` to end gputop before the session."""
+
+    def quit(self, timeout_s: float = 60.0) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "q"], check=False)
+        deadline = time.monotonic() + timeout_s
+        # A zombie has no VmRSS: gputop has exited, its reaping is tmux's business.
+        while status_kib(self.pid, "VmRSS") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True, check=False)
+        time.sleep(2.0)
+        if status_kib(self.pid, "VmRSS"):
+            print(f"warning: gputop {self.pid} outlived its tmux session; killed", flush=True)
+            os.kill(self.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -144,7 +169,7 @@ def soak(args: argparse.Namespace) -> int:
     cmd = f"cd {shlex.quote(str(ROOT))} && exec env TERM=xterm-256color {inner}"
     session = f"mem-soak-{os.getpid()}"
     started = time.monotonic()
-    tui = Tmux(session, args.size, cmd)
+    tui = SoakTmux(session, args.size, cmd)
     rows: list[Minute] = []
     try:
         if tui.wait_for("sched:", started, 120) is None:
@@ -196,9 +221,9 @@ def soak(args: argparse.Namespace) -> int:
         if "sched:" not in tui.screen():
             print("warning: the status line is gone from the screen at the end", flush=True)
     finally:
-        tui.close()
         for h in helpers:
             stop(h)
+        tui.quit()
         for path in (counter, counter + ".tmp"):
             if os.path.exists(path):
                 os.unlink(path)
