@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import threading
 from collections import deque
@@ -389,6 +390,20 @@ class GputopApp(App[int]):
         self.history_updated.publish(self.history)
 
     # ---- actions --------------------------------------------------------------
+
+    def exit(
+        self, result: int | None = None, return_code: int = 0, message: Any | None = None
+    ) -> None:
+        """Leave the app (q, F10, Ctrl-C or an exit signal); nothing is resumed after this.
+
+        Textual's Linux driver restarts terminal input on SIGCONT, and tmux sends
+        SIGCONT right after SIGHUP when it closes a session: input restarted during
+        shutdown reads a hung-up terminal in a loop, at 100% CPU, and its thread keeps
+        the process alive for good. Once leaving, SIGCONT gets its default again.
+        """
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGCONT, signal.SIG_DFL)
+        super().exit(result, return_code, message)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_SCREEN_ACTIONS and self.screen is not self.screen_stack[0]:
