@@ -8,14 +8,17 @@ first line with ``"sched": "bpf"`` arrives, so interpreter start-up, imports, lo
 built ahead of time (libbpf) and bcc's run-time compile (at nice 19, gputop's default),
 forced with ``GPUTOP_BPF_LOADER``. The hogs are started by this script, in its session,
 so they compete with gputop in the same autogroup the way a training job started from
-the same shell would (nice ranks threads only within one autogroup). Needs root.
+the same shell would (nice ranks threads only within one autogroup). gputop's modules
+are compiled to bytecode first, as ``pip install`` does (a source checkout run with
+PYTHONDONTWRITEBYTECODE=1 would compile them at every start). Needs root.
 
-    python bench/probe_attach.py [--rounds 3] [--timeout 180]
+    python bench/probe_attach.py [--rounds 3] [--timeout 180] [--loaders libbpf,bcc]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import select
@@ -74,10 +77,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=180.0, help="give up on a round after this")
     ap.add_argument("--interval", default="1", help="gputop's --interval (default 1)")
+    ap.add_argument("--loaders", default="libbpf,bcc", help="comma-separated (default both)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (eBPF)", file=sys.stderr)
         return 2
+    compileall.compile_dir(os.path.join(ROOT, "gputop"), quiet=1)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
@@ -92,7 +97,7 @@ def main() -> int:
             os.sched_setaffinity(h.pid, set(cpus))
         try:
             time.sleep(0.5 if hogs else 0)
-            for loader in ("libbpf", "bcc"):
+            for loader in args.loaders.split(","):
                 runs = [
                     first_bpf_frame(loader, args.timeout, args.interval) for _ in range(args.rounds)
                 ]

@@ -24,7 +24,7 @@
 // Built two ways from this one file (dialect.h): ahead of time into a CO-RE
 // object that libbpf loads where the kernel has BTF, or by bcc at run time
 // where it has not. Constants and map value layouts shared with user space are
-// in probe_abi.h, generated from gputop/sources/probe_abi.py. What differs per
+// in probe_abi.h, generated from gputop/model/probe_abi.py. What differs per
 // node is set by the loader: the map bounds (MAX_THREADS, MAX_TGIDS,
 // MAX_PIPELINE, MAX_PREEMPT, MAX_CPU_SLOTS) and probe_config: NOT_RUNNABLE_MASK
 // (prev_state bits meaning "not runnable", read from this kernel's sched_switch

@@ -24,7 +24,8 @@ from gputop.model.frame import (
     SourceStatus,
     Verdict,
 )
-from gputop.sources.base import GpuSource, GpuUse, NoGpuSource, ProbeReading, SchedProbe
+from gputop.model.readings import ProbeReading
+from gputop.sources.base import GpuSource, GpuUse, NoGpuSource, SchedProbe
 from gputop.sources.procfs import HostReading, ProcSource
 
 MIN_INTERVAL_S = 0.1

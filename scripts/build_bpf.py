@@ -6,7 +6,7 @@
 
 The object is committed, so installing gputop needs no compiler; the wheel's
 build hook rebuilds it when clang is present. After changing bpf/*.c, bpf/*.h
-or gputop/sources/probe_abi.py, run this and commit the object with the change.
+or gputop/model/probe_abi.py, run this and commit the object with the change.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ BPF = ROOT / "bpf"
 
 
 def _load(name: str) -> ModuleType:
-    """A standard-library-only module of gputop/sources, by path (no gputop dependencies)."""
-    path = ROOT / "gputop" / "sources" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_gputop_{name}", path)
+    """A standard-library-only module of gputop, by path (no gputop dependencies)."""
+    path = ROOT / "gputop" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_gputop_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -39,8 +39,8 @@ def main() -> int:
     ap.add_argument("--vmlinux", action="store_true", help="regenerate bpf/vmlinux.h first")
     ap.add_argument("-o", "--output", type=Path, help="write the object here instead")
     args = ap.parse_args()
-    build = _load("bpf_build")
-    abi = _load("probe_abi")
+    build = _load("sources/bpf_build")
+    abi = _load("model/probe_abi")
     if args.check:
         problems = build.stale_inputs(BPF, abi.c_header())
         for p in problems:

@@ -4,7 +4,7 @@ kernel has no BTF.
 
 The object (``bpf/sched_probe.bpf.o``) is committed; ``scripts/build_bpf.py`` rebuilds it.
 It records the hash of the sources it was built from, so a change to ``bpf/`` or to
-``gputop/sources/probe_abi.py`` without a rebuild fails here.
+``gputop/model/probe_abi.py`` without a rebuild fails here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from gputop.sources import probe_abi
+from gputop.model import probe_abi
 from gputop.sources.bpf_build import (
     OBJECT_NAME,
     compile_object,

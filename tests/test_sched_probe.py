@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from gputop.model.readings import ProbeReading, TaskSched
 from gputop.sampler import Sampler
-from gputop.sources.base import ProbeReading, TaskSched
 from gputop.sources.bcc_loader import find_bcc
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.procutil import HOG, kernel_counters, kill_all, spawn_python
@@ -273,7 +273,7 @@ def test_sweep_frees_entries_of_tasks_that_are_gone(probe: BpfSchedProbe):
     threads, groups = probe.map_keys()
     assert ghost in threads and ghost in groups
     live = os.getpid()
-    assert probe.sweep([ghost, live], [ghost]) == 2
+    assert probe.sweep([ghost, live], {ghost: ghost}) == 2
     threads, groups = probe.map_keys()
     assert ghost not in threads and ghost not in groups
 

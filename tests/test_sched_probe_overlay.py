@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gputop.model.frame import Preemptor
-from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
+from gputop.model.readings import PreemptorTime, ProbeReading, TaskSched
 from gputop.sources.procfs import ProcSource
 from tests.fakeproc import FakeProc, FakeProcTree, FakeThread
 

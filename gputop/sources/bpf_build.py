@@ -137,7 +137,7 @@ def stale_inputs(bpf_dir: Path, abi_header: str) -> list[str]:
     """
     problems = []
     if (bpf_dir / "probe_abi.h").read_text() != abi_header:
-        problems.append("bpf/probe_abi.h does not match gputop/sources/probe_abi.py")
+        problems.append("bpf/probe_abi.h does not match gputop/model/probe_abi.py")
     obj = bpf_dir / OBJECT_NAME
     want = inputs_sha256(bpf_dir)
     have = object_inputs_sha256(obj) if obj.exists() else None

@@ -24,8 +24,9 @@ from gputop.model.frame import (
     SourceStatus,
     ThreadSample,
 )
+from gputop.model.readings import ProbeReading, TaskSched
 from gputop.model.roles import assign_roles, thread_role_from_comm
-from gputop.sources.base import GpuUse, ProbeReading, TaskSched
+from gputop.sources.base import GpuUse
 from gputop.sources.cpulimits import NOT_READ, job_cpu_limits
 
 _PF_KTHREAD = 0x00200000

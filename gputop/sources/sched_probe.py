@@ -28,29 +28,21 @@ import os
 import re
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from gputop.model.frame import SourceStatus
-from gputop.sources import libbpf_loader
-from gputop.sources.base import PreemptorTime, ProbeReading, TaskSched
-from gputop.sources.bcc_loader import INSTALL_FIX, bcc_present
-from gputop.sources.bpf_build import OBJECT_NAME
-from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
-from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
-from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach
-from gputop.sources.probe_abi import (
+from gputop.model.probe_abi import (
     DEFAULT_MAX_PIPELINE,
     DEFAULT_MAX_PREEMPT,
     DEFAULT_MAX_TGIDS,
     DEFAULT_MAX_THREADS,
     ERROR_NAMES,
     HIST_SLOTS,
-    WAKE_CLASSES,
     WAKE_INPUT,
     WAKE_IRQ,
     WAKE_NONE,
@@ -66,6 +58,14 @@ from gputop.sources.probe_abi import (
     WokeKeyT,
     WokeValT,
 )
+from gputop.model.readings import ProbeReading
+from gputop.model.sched_intervals import MapRows, SchedIntervals
+from gputop.sources import libbpf_loader
+from gputop.sources.bcc_loader import INSTALL_FIX, bcc_present
+from gputop.sources.bpf_build import OBJECT_NAME
+from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
+from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
+from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach
 
 __all__ = [
     "HIST_SLOTS",
@@ -370,130 +370,9 @@ def preflight(proc_root: str = "/proc") -> tuple[int, int] | Unavailable:
     return facts.masks
 
 
-# thread_t.wait_ns, by index (WAKE_* in probe_abi).
-_WAKE_FIELD_OF = {
-    WAKE_NONE: "wait_unknown_ns",
-    WAKE_INPUT: "wait_input_ns",
-    WAKE_THREAD: "wait_thread_ns",
-    WAKE_IRQ: "wait_irq_ns",
-    WAKE_OTHER: "wait_other_ns",
-}
-_WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
-_CUM_FIELDS = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed", *_WAKE_FIELDS)
-
-
-@dataclass(slots=True)
-class _Cum:
-    """One thread's or group's running totals, as last credited."""
-
-    tgid: int
-    runq_ns: int = 0
-    blocked_ns: int = 0
-    oncpu_ns: int = 0
-    nivcsw: int = 0
-    nvcsw: int = 0
-    missed: int = 0
-    # Blocked time by waker class, threads only (a group's stay 0).
-    wait_unknown_ns: int = 0
-    wait_input_ns: int = 0
-    wait_thread_ns: int = 0
-    wait_irq_ns: int = 0
-    wait_other_ns: int = 0
-
-    def add(self, other: _Cum) -> None:
-        for f in _CUM_FIELDS:
-            setattr(self, f, getattr(self, f) + getattr(other, f))
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """A blocked stretch that had no waker yet at a read, and how much of it was reported."""
-
-    out_ts: int
-    credited_ns: int
-
-
-def _delta(cur: _Cum, prev: _Cum | None) -> tuple[_Cum, _Cum]:
-    """(this interval's change, the totals to diff against next time).
-
-    Totals only grow, but a read can land between two stores of the probe and
-    see a total a little too high or too low; keeping the higher one as the
-    base makes such a glitch cost one interval's precision, never a double count.
-    """
-    if prev is None or prev.tgid != cur.tgid or cur.nivcsw + cur.nvcsw < prev.nivcsw + prev.nvcsw:
-        return cur, cur
-    d = _Cum(cur.tgid)
-    base = _Cum(cur.tgid)
-    for f in _CUM_FIELDS:
-        c, p = getattr(cur, f), getattr(prev, f)
-        setattr(d, f, max(0, c - p))
-        setattr(base, f, max(c, p))
-    return d, base
-
-
-def _thread_totals(t: Any, now: int) -> tuple[_Cum, _Pending | None]:
-    """A thread's totals with the stretch in progress credited up to ``now``.
-
-    The stretch is split the way the probe will split it when it ends, except
-    for a blocked stretch nobody has woken yet: its waker is unknown, so it is
-    returned as pending instead of being put in a class.
-    """
-    wait = [int(x) for x in t.wait_ns]
-    cur = _Cum(
-        int(t.tgid),
-        int(t.runq_ns),
-        int(t.blocked_ns),
-        int(t.oncpu_ns),
-        int(t.nivcsw),
-        int(t.nvcsw),
-        int(t.missed),
-    )
-    pending = None
-    out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
-    if out_ts and now > out_ts:
-        if t.runnable:
-            cur.runq_ns += now - out_ts
-        else:
-            blocked = now - out_ts
-            if out_ts < wake_ts < now:
-                blocked = wake_ts - out_ts
-                cur.runq_ns += now - wake_ts
-            cur.blocked_ns += blocked
-            cls = int(t.wake_class)
-            if cls == WAKE_NONE and wake_ts == 0:
-                pending = _Pending(out_ts, blocked)
-            else:
-                wait[min(cls, WAKE_OTHER)] += blocked
-    elif in_ts and now > in_ts:
-        cur.oncpu_ns += now - in_ts
-    for f, v in zip(_WAKE_FIELDS, wait, strict=True):
-        setattr(cur, f, v)
-    return cur, pending
-
-
-def _new_pending(prev: _Pending | None, now_pending: _Pending | None, unknown_ns: int) -> int:
-    """Blocked time of this interval whose waker is not known at its end.
-
-    Time reported as pending is not taken back: when the waker becomes known
-    the whole stretch lands in that waker's class in the interval where that
-    happens (so sums over a window are exact). Includes blocked time whose
-    waking the probe never saw (``unknown_ns``).
-    """
-    if now_pending is None:
-        return unknown_ns
-    if prev is not None and prev.out_ts == now_pending.out_ts:
-        return max(0, now_pending.credited_ns - prev.credited_ns) + unknown_ns
-    return now_pending.credited_ns + unknown_ns
-
-
 def _as_int(v: Any) -> int:
     """A map key or counter as an int (batch reads give ints, plain reads ctypes scalars)."""
     return v if isinstance(v, int) else int(v.value)
-
-
-def _longest(ns: Any, ep: Any, epoch: int) -> int:
-    i = epoch & 1
-    return int(ns[i]) if int(ep[i]) == epoch else 0
 
 
 class BpfSchedProbe:
@@ -531,12 +410,7 @@ class BpfSchedProbe:
         self._epoch = 0
         self._last_ns: int | None = None
         self._primed = False
-        self._prev_tid: dict[int, _Cum] = {}
-        self._prev_tgid: dict[int, _Cum] = {}
-        self._prev_hist: dict[int, tuple[int, ...]] = {}
-        self._pending: dict[int, _Pending] = {}
-        self._prev_preempt: dict[tuple[int, int], tuple[int, int]] = {}
-        self._prev_woke: dict[tuple[int, int], int] = {}
+        self._intervals = SchedIntervals()
         # What user space asked for, and what is in the kernel maps.
         self._want_feeds: dict[int, int] = {}
         self._want_watched: set[int] = set()
@@ -822,18 +696,23 @@ class BpfSchedProbe:
             return None
         ended, now, dt_ns = self._flip_epoch(maps)
         watched_before = self._watched & self._want_watched
-        threads = maps["threads"].items()
-        groups = maps["groups"].items()
-        woke = self._woke_totals(maps, threads, now)
-        per_tid, group_cum = self._thread_deltas(threads, now, ended, woke)
-        per_tgid = self._group_deltas(groups, group_cum, ended)
-        preemptors = self._preemptor_deltas(maps, watched_before)
-        self._free_stale_waiters(maps, self._prev_tid.keys())
+        rows = MapRows(
+            now_ns=now,
+            dt_ns=dt_ns,
+            ended_epoch=ended,
+            threads=[(_as_int(k), t) for k, t in maps["threads"].items()],
+            groups=[(_as_int(k), g) for k, g in maps["groups"].items()],
+            preempt=self._watched_rows(maps["preempt"], lambda k, v: (int(k.victim), int(k.by))),
+            woke=self._watched_rows(maps["other_wakers"], lambda k, v: (int(k.tid), int(k.waker))),
+        )
+        reading = self._intervals.update(rows, watched_before)
+        tgid_of = self._intervals.tgid_of()
+        self._free_stale_waiters(maps, tgid_of.keys())
         new_errors = self._check_errors(maps)
         self._sync_pipeline(maps)
         self._reads += 1
         if self._reads % SWEEP_EVERY_READS == 0:
-            self.sweep(list(self._prev_tgid), list(self._prev_tid))
+            self.sweep(self._intervals.tgids(), tgid_of)
         if not self._primed:
             self._primed = True
             if not self._errors_seen:
@@ -841,13 +720,29 @@ class BpfSchedProbe:
             return None
         if self._status.reason == ATTACHED_NOTE:
             self._status = SourceStatus("sched", "bpf", True, None)
-        return ProbeReading(
-            dt_ns=dt_ns,
-            per_tgid=per_tgid,
-            per_tid=per_tid,
-            map_errors=new_errors,
-            preemptors=preemptors,
-        )
+        return replace(reading, map_errors=new_errors)
+
+    def _watched_rows(
+        self, table: BpfMap, key_of: Callable[[Any, Any], tuple[int, int]]
+    ) -> dict[tuple[int, int], Any]:
+        """A (watched process, other) -> value map's rows; frees the rows of unwatched ones.
+
+        Values: (ns, count) for ``preempt``, ns for ``other_wakers`` (whose rows
+        carry the watched thread's tgid).
+        """
+        out: dict[tuple[int, int], Any] = {}
+        stale = []
+        for k, v in table.items():
+            key = key_of(k, v)
+            victim = int(v.tgid) if hasattr(v, "tgid") else key[0]
+            if victim not in self._want_watched:
+                stale.append(k)
+                continue
+            out[key] = (int(v.ns), int(v.count)) if hasattr(v, "count") else int(v.ns)
+        for k in stale:
+            with suppress(KeyError):
+                del table[k]
+        return out
 
     def _flip_epoch(self, maps: dict[str, BpfMap]) -> tuple[int, int, int]:
         """Start the next epoch; (the epoch that ended, now in ns, the interval in ns)."""
@@ -860,177 +755,6 @@ class BpfSchedProbe:
         dt_ns = max(1, now - self._last_ns)
         self._last_ns = now
         return ended, now, dt_ns
-
-    def _woke_totals(
-        self, maps: dict[str, BpfMap], threads: list[tuple[Any, Any]], now: int
-    ) -> dict[int, dict[int, int]]:
-        """Watched thread -> waking process -> blocked ns so far (WAKE_OTHER only).
-
-        Stretches woken but not yet ended are credited up to now, as in
-        ``_thread_totals``. Entries of threads no longer watched are freed.
-        """
-        table = maps["other_wakers"]
-        out: dict[int, dict[int, int]] = {}
-        stale = []
-        for k, v in table.items():
-            if int(v.tgid) not in self._want_watched:
-                stale.append(k)
-                continue
-            out.setdefault(int(k.tid), {})[int(k.waker)] = int(v.ns)
-        for k in stale:
-            with suppress(KeyError):
-                del table[k]
-        for k, t in threads:
-            waker = int(t.waker_tgid)
-            out_ts, wake_ts = int(t.out_ts), int(t.wake_ts)
-            if waker and out_ts and not t.runnable and int(t.wake_class) == WAKE_OTHER:
-                end = wake_ts if out_ts < wake_ts < now else now
-                d = out.setdefault(_as_int(k), {})
-                d[waker] = d.get(waker, 0) + max(0, end - out_ts)
-        return out
-
-    def _woke_deltas(self, tid: int, totals: dict[int, int]) -> tuple[tuple[int, int], ...]:
-        """This interval's (waking process, ns) for one thread, most first."""
-        out = []
-        for waker, ns in totals.items():
-            prev = self._prev_woke.get((tid, waker), 0)
-            if ns > prev:
-                out.append((waker, ns - prev))
-        return tuple(sorted(out, key=lambda x: -x[1]))
-
-    def _thread_deltas(
-        self, threads: list[tuple[Any, Any]], now: int, ended: int, woke: dict[int, dict[int, int]]
-    ) -> tuple[dict[int, TaskSched], dict[int, _Cum]]:
-        """Per-thread deltas (threads seen at the previous read only), and each group's totals."""
-        per_tid: dict[int, TaskSched] = {}
-        group_cum: dict[int, _Cum] = {}
-        new_prev: dict[int, _Cum] = {}
-        new_pending: dict[int, _Pending] = {}
-        for k, t in threads:
-            tid = _as_int(k)
-            cur, pending = _thread_totals(t, now)
-            prev = self._prev_tid.get(tid)
-            d, new_prev[tid] = _delta(cur, prev)
-            if pending is not None:
-                new_pending[tid] = pending
-            group_cum.setdefault(cur.tgid, _Cum(cur.tgid)).add(cur)
-            if prev is None or prev.tgid != cur.tgid:
-                continue  # first sighting: this window is partial
-            wait_pending = _new_pending(self._pending.get(tid), pending, d.wait_unknown_ns)
-            wakers = self._woke_deltas(tid, woke.get(tid, {}))
-            per_tid[tid] = TaskSched(
-                runq_ns=d.runq_ns,
-                blocked_ns=d.blocked_ns,
-                oncpu_ns=d.oncpu_ns,
-                nivcsw=d.nivcsw,
-                nvcsw=d.nvcsw,
-                longest_offcpu_ns=_longest(t.longest_ns, t.longest_ep, ended),
-                missed_switches=d.missed,
-                wait_input_ns=d.wait_input_ns,
-                wait_thread_ns=d.wait_thread_ns,
-                wait_irq_ns=d.wait_irq_ns,
-                wait_other_ns=d.wait_other_ns,
-                wait_pending_ns=wait_pending,
-                other_wakers=wakers,
-                wait_totals_ns=(
-                    new_prev[tid].wait_input_ns,
-                    new_prev[tid].wait_thread_ns,
-                    new_prev[tid].wait_irq_ns,
-                    new_prev[tid].wait_other_ns,
-                ),
-            )
-        self._prev_tid = new_prev
-        self._pending = new_pending
-        # The higher of the two, as in _delta: a read that caught a store half-done
-        # must not make the next interval count that time again.
-        self._prev_woke = {
-            (tid, w): max(ns, self._prev_woke.get((tid, w), 0))
-            for tid, by in woke.items()
-            for w, ns in by.items()
-        }
-        return per_tid, group_cum
-
-    def _group_deltas(
-        self, groups: list[tuple[Any, Any]], group_cum: dict[int, _Cum], ended: int
-    ) -> dict[int, TaskSched]:
-        """Per-process deltas: live threads' totals plus those folded in from exited ones."""
-        per_tgid: dict[int, TaskSched] = {}
-        new_prev: dict[int, _Cum] = {}
-        new_prev_hist: dict[int, tuple[int, ...]] = {}
-        group_rows = {_as_int(k): g for k, g in groups}
-        for tgid in set(group_cum) | set(group_rows):
-            row = group_rows.get(tgid)
-            cur = group_cum.get(tgid) or _Cum(tgid)
-            longest = 0
-            hist_d: tuple[int, ...] | None = None
-            if row is not None:
-                cur.add(
-                    _Cum(
-                        tgid,
-                        int(row.dead_runq_ns),
-                        int(row.dead_blocked_ns),
-                        int(row.dead_oncpu_ns),
-                        int(row.dead_nivcsw),
-                        int(row.dead_nvcsw),
-                        int(row.dead_missed),
-                    )
-                )
-                longest = _longest(row.longest_ns, row.longest_ep, ended)
-                hist = tuple(int(x) for x in row.hist)
-                ph = self._prev_hist.get(tgid)
-                if ph is None and tgid in self._prev_tgid:
-                    # Known at the last read but without a row: the kernel created the
-                    # row (at its first off-CPU stretch) in this interval, from zero.
-                    ph = (0,) * len(hist)
-                if ph is not None:
-                    hist_d = tuple(max(0, a - b) for a, b in zip(hist, ph, strict=True))
-                new_prev_hist[tgid] = hist if ph is None else tuple(map(max, hist, ph))
-            prev = self._prev_tgid.get(tgid)
-            d, new_prev[tgid] = _delta(cur, prev)
-            if prev is None:
-                continue  # first sighting: this window is partial
-            per_tgid[tgid] = TaskSched(
-                runq_ns=d.runq_ns,
-                blocked_ns=d.blocked_ns,
-                oncpu_ns=d.oncpu_ns,
-                nivcsw=d.nivcsw,
-                nvcsw=d.nvcsw,
-                longest_offcpu_ns=longest,
-                hist=hist_d,
-                missed_switches=d.missed,
-            )
-        self._prev_tgid = new_prev
-        self._prev_hist = new_prev_hist
-        return per_tgid
-
-    def _preemptor_deltas(
-        self, maps: dict[str, BpfMap], watched: set[int]
-    ) -> dict[int, tuple[PreemptorTime, ...]]:
-        """Who preempted each process watched through the whole interval, most time first.
-
-        Entries of processes no longer watched are freed so the map stays small.
-        """
-        table = maps["preempt"]
-        cur: dict[tuple[int, int], tuple[int, int]] = {}
-        stale = []
-        for k, v in table.items():
-            key = (int(k.victim), int(k.by))
-            if key[0] not in self._want_watched:
-                stale.append(k)
-                continue
-            cur[key] = (int(v.ns), int(v.count))
-        for k in stale:
-            with suppress(KeyError):
-                del table[k]
-        out: dict[int, list[PreemptorTime]] = {v: [] for v in watched}
-        for key, (ns, count) in cur.items():
-            if key[0] not in out:
-                continue
-            p_ns, p_count = self._prev_preempt.get(key, (0, 0))
-            if ns > p_ns:
-                out[key[0]].append(PreemptorTime(key[1], ns - p_ns, max(0, count - p_count)))
-        self._prev_preempt = cur
-        return {v: tuple(sorted(lst, key=lambda p: -p.ns)) for v, lst in out.items()}
 
     def _free_stale_waiters(self, maps: dict[str, BpfMap], live_tids: Collection[int]) -> None:
         """Free run-queue waiter slots of threads that are gone or no longer watched.
@@ -1076,11 +800,12 @@ class BpfSchedProbe:
                 parts.append(f"{ERROR_NAMES[idx]}: {n}")
         return ", ".join(parts)
 
-    def sweep(self, tgids: Iterable[int], tids: Iterable[int]) -> int:
+    def sweep(self, tgids: Iterable[int], tgid_of: Mapping[int, int]) -> int:
         """Free entries of tasks that are gone but whose exit the probe missed.
 
         The probe frees entries itself at exit; this is the backstop for the
-        narrow races around exit (see docs/ebpf.md). Returns how many it freed.
+        narrow races around exit (see docs/ebpf.md). ``tgid_of``: thread ->
+        its process. Returns how many it freed.
         """
         maps = self._maps
         if not maps:
@@ -1095,8 +820,7 @@ class BpfSchedProbe:
             except KeyError:
                 pass
         table = maps["threads"]
-        for tid in tids:
-            tgid = self._prev_tid[tid].tgid if tid in self._prev_tid else tid
+        for tid, tgid in tgid_of.items():
             if not os.path.exists(f"{self.proc_root}/{tgid}/task/{tid}"):
                 try:
                     del table[table.Key(tid)]

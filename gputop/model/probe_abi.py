@@ -249,7 +249,7 @@ def _c_field(name: str, ctype: Any) -> str:
 def c_header() -> str:
     """The text of ``bpf/probe_abi.h``."""
     out = [
-        "// Generated from gputop/sources/probe_abi.py by scripts/build_bpf.py: do not edit.",
+        "// Generated from gputop/model/probe_abi.py by scripts/build_bpf.py: do not edit.",
         "// What the BPF program and gputop share: constants and the layouts of map values.",
         "#ifndef GPUTOP_PROBE_ABI_H",
         "#define GPUTOP_PROBE_ABI_H",
