@@ -21,9 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.base import NoGpuSource
-from gputop.sources.procfs import ProcSource
 
 SPAWNER_C = r"""
 #include <pthread.h>
@@ -91,7 +90,7 @@ def count_tasks() -> tuple[int, int]:
 
 
 def time_ticks(ticks: int) -> list[float]:
-    src = ProcSource()
+    src = HostPass()
     src.read(now=time.monotonic())
     out = []
     for _ in range(ticks):
@@ -102,7 +101,7 @@ def time_ticks(ticks: int) -> list[float]:
 
 
 def sampler_cpu(seconds: float) -> float:
-    s = Sampler(gpu=NoGpuSource("bench"), procs=ProcSource(), interval_s=1.0)
+    s = Sampler(gpu=NoGpuSource("bench"), procs=HostPass(), interval_s=1.0)
     t0 = os.times()
     w0 = time.monotonic()
     s.run(lambda f: None, duration_s=seconds)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputop.export import FrameCollector
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.cgroup import ContainerTagger, cgroup_path, identity_from_path
 
 CID = "4f1c" + "0123456789abcdef" * 3 + "0a1b2c3d4e5f"
@@ -133,7 +133,7 @@ def test_processes_moved_into_real_cgroups_carry_their_container_and_pod(
         while not Path(f"/proc/{worker}/comm").read_text().startswith("pt_data_worker"):
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        src = ContainerTagger(top_n=100_000, pod_log_root=str(logs))
+        src = HostPass(ContainerTagger(pod_log_root=str(logs)), top_n=100_000)
         sampler = Sampler(procs=src, interval_s=0.2)
         sampler.tick()
         time.sleep(0.2)

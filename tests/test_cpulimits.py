@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gputop.sampler import HostPass
 from gputop.sources.cpulimits import (
     _cgroup_mounts,
     cgroup_cpu_quota,
@@ -18,7 +19,6 @@ from gputop.sources.cpulimits import (
     job_cpu_limits,
     parse_cpu_list,
 )
-from gputop.sources.procfs import ProcSource
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_cgroup_cpu_limit_is_read_as_cpus_and_the_tightest_level_wins(
         assert cgroup_cpu_quota("/proc", sleeper.pid) == pytest.approx(1.5)
         assert job_cpu_limits("/proc", sleeper.pid)["cpu_quota"] == pytest.approx(1.5)
         # The frame carries it for a job's process (here: a GPU holder).
-        src = ProcSource()
+        src = HostPass()
         got = {p.pid: p for p in src.read(0.0, gpu_pids=[sleeper.pid]).processes}
         assert got[sleeper.pid].cpu_quota == pytest.approx(1.5)
         assert got[sleeper.pid].cpus_allowed == tuple(sorted(os.sched_getaffinity(sleeper.pid)))
@@ -88,7 +88,7 @@ def test_cgroup_cpu_limit_is_read_as_cpus_and_the_tightest_level_wins(
 
 
 def test_other_processes_carry_no_limits_and_the_host_lists_online_cpus() -> None:
-    reading = ProcSource().read(0.0)
+    reading = HostPass().read(0.0)
     assert reading.host.cpus_online == parse_cpu_list(
         Path("/sys/devices/system/cpu/online").read_text()
     )

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from gputop.sampler import HostPass
 from gputop.sources.procfs import ProcSource, parse_stat, parse_status_ctxt
 from tests.fakeproc import FakeProc, FakeProcTree, FakeThread
 
@@ -25,7 +26,7 @@ def test_rates_come_from_deltas_over_the_interval(tree):
     t = FakeThread(100, vol=10, invol=5, oncpu_ns=0, run_delay_ns=0)
     p = FakeProc(100, ticks=0, threads=[t])
     tree.write(p)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=10.0)
     p.ticks = CLK // 2  # half a second of CPU
     t.vol, t.invol = 30, 25
@@ -42,7 +43,7 @@ def test_rates_come_from_deltas_over_the_interval(tree):
 
 def test_first_sighting_has_no_rates_but_has_totals(tree):
     tree.write(FakeProc(100, threads=[FakeThread(100, vol=7, invol=3)]))
-    got = by_pid(ProcSource(str(tree.root)).read(now=1.0))[100]
+    got = by_pid(HostPass(ProcSource(str(tree.root))).read(now=1.0))[100]
     assert got.preempt_total == 3 and got.vcsw_total == 7
     assert got.preempt_per_s == 0.0
     assert got.offcpu_pct is None and got.runq_pct is None
@@ -51,7 +52,7 @@ def test_first_sighting_has_no_rates_but_has_totals(tree):
 def test_reused_pid_does_not_inherit_counters(tree):
     old = FakeProc(100, ticks=5000, start=1000, threads=[FakeThread(100, invol=900)])
     tree.write(old)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=1.0)
     tree.remove(100)
     new = FakeProc(100, ticks=10, start=2000, threads=[FakeThread(100, invol=4)])
@@ -66,7 +67,7 @@ def test_exited_thread_does_not_make_rates_negative(tree):
     threads = [FakeThread(100, invol=10), FakeThread(101, invol=50)]
     p = FakeProc(100, threads=threads)
     tree.write(p)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=1.0, gpu_pids=[100])
     p.threads = [FakeThread(100, invol=12)]
     tree.write(p)
@@ -78,7 +79,7 @@ def test_exited_thread_does_not_make_rates_negative(tree):
 def test_thread_born_during_interval_counts_fully(tree):
     p = FakeProc(100, threads=[FakeThread(100, invol=10)])
     tree.write(p)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=1.0, gpu_pids=[100])
     p.threads = [FakeThread(100, invol=10), FakeThread(105, invol=6)]
     tree.write(p)
@@ -94,14 +95,14 @@ def test_vanished_and_truncated_processes_are_skipped(tree):
     (tree.root / "102").mkdir()  # vanished between listdir and open
     tree.write(FakeProc(103))
     (tree.root / "103" / "task" / "103" / "status").write_text("Name:\tx\n")  # truncated
-    got = by_pid(ProcSource(str(tree.root)).read(now=1.0))
+    got = by_pid(HostPass(ProcSource(str(tree.root))).read(now=1.0))
     assert set(got) == {100, 103}
     assert got[103].threads == ()
 
 
 def test_kernel_thread_is_named_in_brackets(tree):
     tree.write(FakeProc(2, comm="kthreadd", ppid=0, flags=0x00200000, cmdline=""))
-    got = by_pid(ProcSource(str(tree.root)).read(now=1.0))[2]
+    got = by_pid(HostPass(ProcSource(str(tree.root))).read(now=1.0))[2]
     assert got.cmdline == "[kthreadd]"
     assert got.role == "other"
 
@@ -114,14 +115,14 @@ def test_unreadable_files_are_tolerated(tree):
     else:
         tree.write(FakeProc(100))
         os.chmod(tree.root / "100" / "task" / "100" / "schedstat", 0)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=1.0, gpu_pids=[100])
     got = by_pid(src.read(now=2.0, gpu_pids=[100]))[100]
     assert got.runq_pct is None and got.offcpu_pct is None
 
 
 def test_top_n_keeps_busiest_plus_every_role(tree):
-    src = ProcSource(str(tree.root), top_n=2)
+    src = HostPass(ProcSource(str(tree.root)), top_n=2)
     procs = [FakeProc(200 + i, ticks=0) for i in range(6)]
     procs.append(FakeProc(300, comm="pt_data_worker", ppid=250))
     procs.append(FakeProc(250, ppid=1))
@@ -140,7 +141,7 @@ def test_top_n_keeps_busiest_plus_every_role(tree):
 def test_pin_memory_thread_is_listed_under_its_trainer(tree):
     p = FakeProc(400, threads=[FakeThread(400, "python3"), FakeThread(401, "pt_data_pin", invol=3)])
     tree.write(p)
-    got = by_pid(ProcSource(str(tree.root), top_n=5).read(now=1.0))
+    got = by_pid(HostPass(ProcSource(str(tree.root)), top_n=5).read(now=1.0))
     assert got[401].role == "pin_memory"
     assert got[401].trainer_pid == 400
     assert got[400].role == "trainer"
@@ -191,7 +192,7 @@ def test_idle_processes_leave_the_top_list_once_rates_exist(tree):
     busy, idle = FakeProc(100, ticks=0), FakeProc(101, ticks=0)
     tree.write(busy)
     tree.write(idle)
-    src = ProcSource(str(tree.root), top_n=5)
+    src = HostPass(ProcSource(str(tree.root)), top_n=5)
     assert set(by_pid(src.read(now=1.0))) == {100, 101}  # no rates yet: show what there is
     busy.ticks = 10
     tree.write(busy)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gputop.sources.procfs import ProcSource
+from gputop.sampler import HostPass
 from tests.procutil import HOG, kernel_counters, kill_all, spawn_python
 
 
@@ -28,7 +28,7 @@ def _find(reading, pid):
 
 def test_preempted_victim_matches_kernel_counters(contended_victim):
     victim = contended_victim.pid
-    src = ProcSource(top_n=10)
+    src = HostPass(top_n=10)
     # Stop the victim around each read so its counters are frozen: the source and
     # the independent reader then see exactly the same kernel state.
     os.kill(victim, signal.SIGSTOP)
@@ -61,7 +61,7 @@ def test_preempted_victim_matches_kernel_counters(contended_victim):
 def test_cpu_percent_of_a_busy_process_is_about_one_core():
     p = spawn_python(HOG)
     try:
-        src = ProcSource(top_n=5)
+        src = HostPass(top_n=5)
         src.read(now=time.monotonic())
         time.sleep(1.0)
         r = src.read(now=time.monotonic())
@@ -85,7 +85,7 @@ def test_thread_counts_are_summed_over_all_threads():
     p = spawn_python(code)
     try:
         time.sleep(0.5)
-        src = ProcSource(top_n=200)
+        src = HostPass(top_n=200)
         os.kill(p.pid, signal.SIGSTOP)
         time.sleep(0.05)
         r = src.read(now=1.0, gpu_pids=[p.pid])

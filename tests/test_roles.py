@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gputop.model.roles import assign_roles, thread_role_from_comm
-from gputop.sources.procfs import ProcSource
+from gputop.sampler import HostPass
 from tests.procutil import kill_all, spawn_python, wait_for_comm
 from tests.torchjob import running_trainer
 
@@ -94,7 +94,7 @@ def test_real_renamed_thread_is_a_pin_memory_entry():
                         tid = int(t)
             time.sleep(0.02)
         assert tid is not None
-        r = ProcSource(top_n=400).read(now=1.0, gpu_pids=[p.pid])
+        r = HostPass(top_n=400).read(now=1.0, gpu_pids=[p.pid])
         got = {q.pid: q for q in r.processes}
         assert got[tid].role == "pin_memory" and got[tid].trainer_pid == p.pid
         assert got[p.pid].role == "trainer"
@@ -108,7 +108,7 @@ def test_real_pytorch_dataloader_workers_group_under_trainer(tmp_path, ctx):
     pytest.importorskip("torch", reason="needs the CPU PyTorch wheel (the torch extra)")
     mine: list = []
     with running_trainer(tmp_path, ctx) as p:
-        src = ProcSource(top_n=5)
+        src = HostPass(top_n=5)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             r = src.read(now=time.monotonic())

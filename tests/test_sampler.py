@@ -8,7 +8,7 @@ import time
 
 from gputop.model.frame import GpuReading, GpuSample, SourceStatus
 from gputop.model.history import History
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.procfs import ProcSource
 from tests.fakeproc import FakeProc, FakeProcTree
 
@@ -55,10 +55,10 @@ class ScriptedGpu:
 WORKER = "pt_data_worker"
 
 
-def tiny_procs(tmp_path) -> ProcSource:
+def tiny_procs(tmp_path) -> HostPass:
     tree = FakeProcTree(tmp_path / "proc")
     tree.write(FakeProc(100, comm=WORKER))
-    return ProcSource(str(tree.root))
+    return HostPass(ProcSource(str(tree.root)))
 
 
 def test_failing_gpu_source_is_disabled_with_reason_and_sampling_goes_on(tmp_path):
@@ -81,7 +81,7 @@ class ExplodingProbe:
     def open(self) -> None:
         pass
 
-    def read(self):
+    def read(self, pipeline=None):
         raise OSError("map vanished")
 
     def close(self) -> None:
@@ -146,7 +146,7 @@ def test_history_is_bounded_and_series_share_one_time_axis(tmp_path):
 def test_history_series_start_at_first_sight_and_the_departed_are_forgotten(tmp_path):
     tree = FakeProcTree(tmp_path / "proc")
     tree.write(FakeProc(100, comm=WORKER))
-    s = Sampler(procs=ProcSource(str(tree.root)))
+    s = Sampler(procs=HostPass(ProcSource(str(tree.root))))
     h = History(window_s=4, interval_s=1, keep_departed_s=2)
     h.add(s.tick())
     tree.write(FakeProc(200, start=5, comm=WORKER))
@@ -165,12 +165,12 @@ def test_history_series_start_at_first_sight_and_the_departed_are_forgotten(tmp_
 class BrokenProcs(ProcSource):
     """A /proc source that fails every tick."""
 
-    def read(self, now, gpu_pids=(), gpu_of=None, probe=None):
+    def scan(self, now):
         raise OSError("proc unmounted")
 
 
 def test_a_failure_every_tick_keeps_notes_bounded(tmp_path):
-    s = Sampler(procs=BrokenProcs(str(tmp_path)))
+    s = Sampler(procs=HostPass(BrokenProcs(str(tmp_path))))
     for _ in range(50):
         f = s.tick()
     assert f.processes == ()

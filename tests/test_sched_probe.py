@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gputop.model.readings import ProbeReading, TaskSched
+from gputop.model.readings import Pipeline, ProbeReading, TaskSched
 from gputop.sampler import Sampler
 from gputop.sources.bcc_loader import find_bcc
 from gputop.sources.sched_probe import BpfSchedProbe
@@ -328,17 +328,15 @@ def _key(v: Any) -> int:
 def test_the_pipeline_reaches_the_kernel_maps_and_only_changes_are_written(
     probe: BpfSchedProbe,
 ):
-    probe.set_pipeline({901: 900, 902: 900}, {900, 901})
-    assert 901 not in _map(probe, "pipeline")  # stored; written by the next read
-    probe.read()  # the read writes what changed
+    probe.read(Pipeline({901: 900, 902: 900}, frozenset({900, 901})))  # written after the read
     assert _map(probe, "pipeline") == {901: 900, 902: 900}
     assert set(_map(probe, "watched")) == {900, 901}
-    probe.set_pipeline({902: 900, 903: 900}, {900})
-    probe.read()
+    probe.read()  # no pipeline: as before
+    assert _map(probe, "pipeline") == {901: 900, 902: 900}
+    probe.read(Pipeline({902: 900, 903: 900}, frozenset({900})))
     assert _map(probe, "pipeline") == {902: 900, 903: 900}
     assert set(_map(probe, "watched")) == {900}
-    probe.set_pipeline({}, set())
-    probe.read()
+    probe.read(Pipeline())
     assert _map(probe, "pipeline") == {} and _map(probe, "watched") == {}
 
 

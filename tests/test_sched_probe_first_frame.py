@@ -20,8 +20,7 @@ import time
 
 import pytest
 
-from gputop.sampler import Sampler
-from gputop.sources.procfs import ProcSource
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.sched_probe import ATTACHED_NOTE, BpfSchedProbe, Unavailable, preflight
 from tests.procutil import HOG, kill_all, spawn_python
 
@@ -78,7 +77,7 @@ def test_every_frame_from_the_first_matches_the_kernel():
     # Compiled at normal priority: its own CPU hog would starve a nice-19
     # compile for a long time (bench/probe_attach.py measures that).
     probe = BpfSchedProbe(compile_nice=0)
-    sampler = Sampler(procs=ProcSource(top_n=100_000), probe=probe, interval_s=TICK_S)
+    sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
     rows = []
     ticks = []
     try:

@@ -8,6 +8,7 @@ import pytest
 
 from gputop.model.frame import Preemptor
 from gputop.model.readings import PreemptorTime, ProbeReading, TaskSched
+from gputop.sampler import HostPass
 from gputop.sources.procfs import ProcSource
 from tests.fakeproc import FakeProc, FakeProcTree, FakeThread
 
@@ -20,7 +21,7 @@ def _two_ticks(tree: FakeProcTree, probe: ProbeReading) -> dict[int, object]:
     worker = FakeThread(101, name="worker", vol=0, invol=0, oncpu_ns=0, run_delay_ns=0)
     p = FakeProc(100, threads=[main, worker])
     tree.write(p)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=10.0)
     # /proc says: main thread 90% on CPU, 5% run-queue wait.
     main.oncpu_ns, main.run_delay_ns = 900 * MS, 50 * MS
@@ -94,7 +95,7 @@ def _trainer_tick(tmp_path, probe: ProbeReading):
     ]
     for p in procs:
         tree.write(p)
-    src = ProcSource(str(tree.root))
+    src = HostPass(ProcSource(str(tree.root)))
     src.read(now=10.0)
     for p in procs:
         p.ticks += 50

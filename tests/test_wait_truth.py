@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gputop.model.frame import Frame, ProcessSample
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.procfs import ProcSource
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.test_sched_probe import _why_not
@@ -41,7 +41,7 @@ def probe() -> Iterator[BpfSchedProbe]:
 def _all_procs() -> ProcSource:
     # Between two epochs without persistent_workers a trainer has no workers
     # for a moment, so it is not a "trainer" in that tick; shown anyway.
-    return ProcSource(top_n=100_000)
+    return HostPass(top_n=100_000)
 
 
 def _row(frame: Frame, pid: int) -> ProcessSample:
@@ -75,7 +75,7 @@ def test_a_timer_sleep_among_busy_workers_is_not_input_wait(
     cpu = sorted(os.sched_getaffinity(0))[-1]
     args = ["--cpu", str(cpu), "--no-next", "--sample-cpu-ms", "600000", "--step-ms", "5"]
     with running_loop(tmp_path, args) as (pid, _out):
-        sampler = Sampler(procs=ProcSource(), probe=probe, interval_s=TICK_S)
+        sampler = Sampler(procs=HostPass(), probe=probe, interval_s=TICK_S)
         _ticks(sampler, 3)
         _, frames = _ticks(sampler, 4)
     rows = [_row(f, pid) for f in frames[1:]]
@@ -110,7 +110,7 @@ def test_the_hog_that_preempts_a_trainer_is_its_top_preemptor(
         # (the trainer, its idle workers and the hog) takes nearly all of it,
         # so the hog is nearly the only one left to preempt the trainer.
         Path(f"/proc/{pid}/autogroup").write_text("-20")
-        sampler = Sampler(procs=ProcSource(), probe=probe, interval_s=TICK_S)
+        sampler = Sampler(procs=HostPass(), probe=probe, interval_s=TICK_S)
         _ticks(sampler, 3)
         _, frames = _ticks(sampler, 3)
     for f in frames:

@@ -58,7 +58,7 @@ from gputop.model.probe_abi import (
     WokeKeyT,
     WokeValT,
 )
-from gputop.model.readings import ProbeReading
+from gputop.model.readings import Pipeline, ProbeReading
 from gputop.model.sched_intervals import MapRows, SchedIntervals
 from gputop.sources import libbpf_loader
 from gputop.sources.bcc_loader import INSTALL_FIX, bcc_present
@@ -644,14 +644,6 @@ class BpfSchedProbe:
 
     # ---- the input pipeline ---------------------------------------------------
 
-    def set_pipeline(self, feeds: Mapping[int, int], watched: Collection[int]) -> None:
-        """Who feeds which trainer, and whose preemptors to record (see ``SchedProbe``).
-
-        Only stored here; the next read writes the changes into the kernel maps.
-        """
-        self._want_feeds = dict(feeds)
-        self._want_watched = set(watched)
-
     def _sync_pipeline(self, maps: dict[str, BpfMap]) -> None:
         """Write only what changed since the last sync into the pipeline and watched maps."""
         table = maps["pipeline"]
@@ -682,8 +674,14 @@ class BpfSchedProbe:
         tgids = {_as_int(k) for k in maps["groups"].keys()}
         return tids, tgids
 
-    def read(self) -> ProbeReading | None:
+    def read(self, pipeline: Pipeline | None = None) -> ProbeReading | None:
         """Deltas since the previous read; None until attached and for the first read.
+
+        ``pipeline``: who feeds which trainer and whose preemptors to record,
+        as the join stage saw them at the end of the last tick (None: as
+        before). The kernel maps get it after this read's rows are taken, so it
+        classifies wake-ups from now on; processes that stopped being watched
+        lose their rows now.
 
         The first read after attaching only takes the baselines: its window
         would start at the attach, part-way through an interval, before the
@@ -691,6 +689,9 @@ class BpfSchedProbe:
         first time is likewise left out of that read (its window is partial);
         the sampler keeps /proc's numbers for it.
         """
+        if pipeline is not None:
+            self._want_feeds = dict(pipeline.feeds)
+            self._want_watched = set(pipeline.watched)
         maps = self._maps
         if not maps or self._last_ns is None:
             return None
