@@ -223,8 +223,15 @@ class HostJoin:
                 wait_irq_pct=_pct(m.wait_irq_ns, pdt),
                 wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
                 wait_pending_pct=_pct(m.wait_pending_ns, pdt),
+                runq_after_input_pct=_pct(m.runq_after_input_ns, pdt),
                 sched_source="bpf",
             )
+            if proc.pid in probe.cuda_tgids:
+                changes.update(
+                    gpu_sync_pct=_pct(m.sync_ns, pdt),
+                    gpu_sync_spin_pct=_pct(m.sync_oncpu_ns, pdt),
+                    gpu_sync_runq_pct=_pct(m.sync_runq_ns, pdt),
+                )
         g: TaskSched | None = probe.per_tgid.get(proc.pid)
         if g is not None:
             changes.update(

@@ -22,7 +22,8 @@ WAKE_INPUT = 1  # its input pipeline: a worker or pin-memory thread of its train
 WAKE_THREAD = 2  # another thread of its own process
 WAKE_IRQ = 3  # interrupt context (timers, device interrupts, IPIs)
 WAKE_OTHER = 4  # another process
-WAKE_CLASSES = 5
+WAKE_SYNC = 5  # blocked inside a CUDA synchronization call: waiting for the GPU, whoever woke it
+WAKE_CLASSES = 6
 
 HIST_SLOTS = 40  # log2 buckets of off-CPU stretches (ns): 2^39 ns is about 9 minutes
 WAIT_SLOTS = 4  # watched threads that can wait in one CPU's run queue at a time
@@ -54,6 +55,7 @@ CONSTANTS = (
     "WAKE_THREAD",
     "WAKE_IRQ",
     "WAKE_OTHER",
+    "WAKE_SYNC",
     "WAKE_CLASSES",
     "HIST_SLOTS",
     "WAIT_SLOTS",
@@ -100,10 +102,15 @@ class ThreadT(AbiStruct):
         ("tgid", ctypes.c_uint32),
         ("runnable", ctypes.c_uint32),
         ("wait_ns", ctypes.c_uint64 * WAKE_CLASSES),
+        ("sync_since", ctypes.c_uint64),
+        ("sync_ns", ctypes.c_uint64),
+        ("sync_oncpu_ns", ctypes.c_uint64),
+        ("sync_runq_ns", ctypes.c_uint64),
+        ("runq_after_input_ns", ctypes.c_uint64),
         ("wake_class", ctypes.c_uint32),
         ("wait_slot", ctypes.c_uint32),
         ("waker_tgid", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("sync_depth", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
         "out_ts": "when it last left a CPU; 0 while on a CPU or unknown",
@@ -120,6 +127,12 @@ class ThreadT(AbiStruct):
         "wake_class": "class of the waking that ended the current blocked stretch",
         "wait_slot": "a watched thread waiting for a CPU: its slot in cpu_waiters + 1",
         "waker_tgid": "WAKE_OTHER of a watched thread: the waking process",
+        "sync_since": "when the outermost CUDA synchronization call in progress began",
+        "sync_ns": "time inside CUDA synchronization calls that have returned",
+        "sync_oncpu_ns": "of which on a CPU (spinning)",
+        "sync_runq_ns": "of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_SYNC])",
+        "runq_after_input_ns": "run-queue wait right after a wake-up by the input pipeline",
+        "sync_depth": "CUDA synchronization calls in progress (nested calls count once)",
     }
 
 

@@ -44,6 +44,14 @@ class TaskSched:
     # waker is known: (input, thread, irq, other) ns. Differences between two
     # reads give a window's split exactly, pending stretches included once woken.
     wait_totals_ns: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # Inside CUDA synchronization calls (per thread; 0 where libcuda is not probed):
+    # all of it, and the parts on a CPU (spinning), runnable, and blocked.
+    sync_ns: int = 0
+    sync_oncpu_ns: int = 0
+    sync_runq_ns: int = 0
+    wait_sync_ns: int = 0
+    # Run-queue wait right after a wake-up by the input pipeline (the batch arrived).
+    runq_after_input_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,8 @@ class ProbeReading:
     # () when watched for the whole interval and never preempted. Processes not
     # watched for the whole interval are absent.
     preemptors: dict[int, tuple[PreemptorTime, ...]] = field(default_factory=dict)
+    # Processes whose CUDA driver library is probed (their sync time is measured, 0 included).
+    cuda_tgids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,6 +254,63 @@ def prog_info(fd: int) -> ProgInfo:
     return info
 
 
+_UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+
+
+def uprobe_pmu() -> tuple[int, int] | None:
+    """(the uprobe PMU's perf type, the config bit of its retprobe flag); None without uprobes."""
+    try:
+        with open(f"{_UPROBE_PMU}/type", encoding="ascii") as f:
+            pmu = int(f.read().strip())
+        with open(f"{_UPROBE_PMU}/format/retprobe", encoding="ascii") as f:
+            bit = int(f.read().strip().split(":")[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pmu, bit
+
+
+def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> int:
+    """Attach a kprobe-type program at ``offset`` of the file ``path``, in every process.
+
+    Returns the perf-event fd that holds the attachment. The kernel resolves
+    ``path`` to its inode when the event is made: a path under ``/proc/PID/root``
+    reaches a library inside that process's container.
+    """
+    pmu = uprobe_pmu()
+    if pmu is None:
+        raise BpfError(errno.ENOENT, "this kernel has no uprobe PMU (CONFIG_UPROBES)")
+    pmu_type, ret_bit = pmu
+    libc = _libc_handle()
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    attr = _PerfEventAttr(
+        type=pmu_type,
+        size=ctypes.sizeof(_PerfEventAttr),
+        config=(1 << ret_bit) if retprobe else 0,
+        config1=ctypes.addressof(name),
+        config2=offset,
+    )
+    nr = _syscall_nr(_SYS_PERF_EVENT_OPEN, "perf_event_open(2)")
+    fd = _checked(
+        int(
+            libc.syscall(
+                ctypes.c_long(nr),
+                ctypes.byref(attr),
+                ctypes.c_int(-1),
+                ctypes.c_int(0),
+                ctypes.c_int(-1),
+                ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC),
+            )
+        )
+    )
+    try:
+        for request, arg in ((_PERF_EVENT_IOC_SET_BPF, prog_fd), (_PERF_EVENT_IOC_ENABLE, 0)):
+            _checked(int(libc.ioctl(fd, ctypes.c_ulong(request), ctypes.c_int(arg))))
+    except BpfError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _all_ids(cmd: int) -> set[int]:
     ids: set[int] = set()
     attr = _IdAttr(0, 0, 0)

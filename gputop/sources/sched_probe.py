@@ -65,6 +65,7 @@ from gputop.sources.bcc_loader import INSTALL_FIX, bcc_present
 from gputop.sources.bpf_build import OBJECT_NAME
 from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
 from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
+from gputop.sources.cuda_probe import ENTER_PROGRAM, EXIT_PROGRAM, CudaProbes
 from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach
 
 __all__ = [
@@ -411,6 +412,8 @@ class BpfSchedProbe:
         self._last_ns: int | None = None
         self._primed = False
         self._intervals = SchedIntervals()
+        # The CUDA synchronization uprobes, once attached (see cuda_probe.py).
+        self.cuda: CudaProbes | None = None
         # What user space asked for, and what is in the kernel maps.
         self._want_feeds: dict[int, int] = {}
         self._want_watched: set[int] = set()
@@ -579,6 +582,7 @@ class BpfSchedProbe:
                         (f"{c}:{e}_entry", "on_irq_entry", f"{c}:{e}_exit", "on_irq_exit")
                         for c, e in self._irq_pairs()
                     ],
+                    load_only=(ENTER_PROGRAM, EXIT_PROGRAM),
                 )
             except OSError as exc:
                 self._fail(f"cannot start the compiler process: {exc}", None)
@@ -613,6 +617,7 @@ class BpfSchedProbe:
                 return
             self._handover = ho
             self._maps = maps
+            self.cuda = CudaProbes(ho.programs, ho.attachments, self.proc_root)
             self.loader = loader
             self.irq_tracepoints = tuple(
                 a.removeprefix("tracepoint:").removesuffix("_entry")
@@ -697,6 +702,8 @@ class BpfSchedProbe:
             return None
         ended, now, dt_ns = self._flip_epoch(maps)
         watched_before = self._watched & self._want_watched
+        # Probed through the whole interval: a library attached at this read counts next time.
+        cuda_before = self.cuda.probed() if self.cuda is not None else frozenset()
         rows = MapRows(
             now_ns=now,
             dt_ns=dt_ns,
@@ -711,6 +718,8 @@ class BpfSchedProbe:
         self._free_stale_waiters(maps, tgid_of.keys())
         new_errors = self._check_errors(maps)
         self._sync_pipeline(maps)
+        if self.cuda is not None:
+            self.cuda.update(self._want_watched - set(self._want_feeds))
         self._reads += 1
         if self._reads % SWEEP_EVERY_READS == 0:
             self.sweep(self._intervals.tgids(), tgid_of)
@@ -721,7 +730,7 @@ class BpfSchedProbe:
             return None
         if self._status.reason == ATTACHED_NOTE:
             self._status = SourceStatus("sched", "bpf", True, None)
-        return replace(reading, map_errors=new_errors)
+        return replace(reading, map_errors=new_errors, cuda_tgids=cuda_before & watched_before)
 
     def _watched_rows(
         self, table: BpfMap, key_of: Callable[[Any, Any], tuple[int, int]]

@@ -12,12 +12,21 @@ from gputop.model.frame import ProcessSample
 from gputop.model.waits import WaitSplit, wait_split
 
 # One glyph per segment as well as one colour, so the bar reads without colour (NO_COLOR).
-GLYPHS = {"cpu": "█", "runq": "▓", "input": "▒", "irq": "░", "other": "·", "blocked": "░"}
+GLYPHS = {
+    "cpu": "█",
+    "runq": "▓",
+    "input": "▒",
+    "gpu": "░",
+    "irq": "░",
+    "other": "·",
+    "blocked": "░",
+}
 SHORT = {
     "cpu": "cpu",
     "runq": "cpu-wait",
     "input": "input",
     "irq": "gpu/irq",
+    "gpu": "gpu",
     "other": "other",
     "blocked": "blocked",
 }
@@ -27,6 +36,7 @@ COMPACT = {
     "runq": "wait",
     "input": "in",
     "irq": "gpu",
+    "gpu": "gpu",
     "other": "oth",
     "blocked": "blk",
 }
@@ -57,11 +67,13 @@ def legend(split: WaitSplit, names: dict[str, str] = SHORT) -> str:
 
 
 class TrainerWaitBars(Static):
-    """Per trainer: on-CPU | CPU wait | input wait | GPU/interrupt wait | other.
+    """Per trainer: on-CPU work | CPU wait | waiting for batches | waiting for the GPU | other.
 
-    Under /proc alone (no eBPF) the blocked time cannot be split by what the
-    trainer waits on: the bar shows on-CPU | CPU wait | blocked and says so.
-    Hidden when the frame has no trainer.
+    The GPU part is measured where the probe watches the trainer's CUDA
+    synchronization, and stands in as interrupt wake-ups (inferred, ``gpu/irq``)
+    where it does not. Under /proc alone (no eBPF) the blocked time cannot be
+    split by what the trainer waits on: the bar shows on-CPU | CPU wait |
+    blocked and says so. Hidden when the frame has no trainer.
     """
 
     DEFAULT_CSS = """
@@ -78,6 +90,7 @@ class TrainerWaitBars(Static):
     TrainerWaitBars > .wait-bars--runq { color: $text-error; }
     TrainerWaitBars > .wait-bars--input { color: $text-warning; }
     TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
+    TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
     TrainerWaitBars > .wait-bars--other { color: $text-muted; }
     TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
     TrainerWaitBars > .wait-bars--note { color: $text-muted; text-style: italic; }
@@ -88,6 +101,7 @@ class TrainerWaitBars(Static):
         "wait-bars--runq",
         "wait-bars--input",
         "wait-bars--irq",
+        "wait-bars--gpu",
         "wait-bars--other",
         "wait-bars--blocked",
         "wait-bars--note",
