@@ -8,7 +8,18 @@ import shutil
 import subprocess
 import time
 
+from gputop.sources.bcc_loader import find_bcc
 from gputop.sources.bpf_syscall import link_ids, loaded_program_ids
+
+
+def why_no_bcc_probe() -> str | None:
+    """Why the probe cannot be compiled and attached here (not root, no bcc), or None."""
+    if os.geteuid() != 0:
+        return "the eBPF probe needs root (CAP_BPF + CAP_PERFMON)"
+    bcc, why = find_bcc()
+    if bcc is None:
+        return f"bcc unavailable: {why}"
+    return None
 
 
 def loaded_prog_ids() -> set[int]:

@@ -10,15 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Posted
-from frames_fixture import (
-    OTHER_TRAINER_PID,
-    STARVING_TRAINER_PID,
-    WORKER_PIDS,
-    PushFeed,
-    make_frame,
-    make_frames,
-)
 from textual.pilot import Pilot
 
 from gputop.app import GputopApp, ReplayFeed
@@ -35,6 +26,15 @@ from gputop.widgets.process_table import ProcessTable, arrange
 from gputop.widgets.sparkline import sparkline
 from gputop.widgets.status_line import StatusLine
 from gputop.widgets.verdict_panel import VerdictPanel
+from tests.frames_fixture import (
+    OTHER_TRAINER_PID,
+    STARVING_TRAINER_PID,
+    WORKER_PIDS,
+    PushFeed,
+    make_frame,
+    make_frames,
+)
+from tests.harness import Posted
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 

@@ -8,8 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Posted
-from frames_fixture import make_frames
 
 from gputop.app import GputopApp, ReplayFeed, run_app
 from gputop.config import Config
@@ -17,6 +15,8 @@ from gputop.errors import UsageError
 from gputop.messages import SnapshotFailed, SnapshotSaved
 from gputop.runtime import Options
 from gputop.widgets.verdict_panel import VerdictPanel
+from tests.frames_fixture import make_frames
+from tests.harness import Posted
 
 
 def _args(**kw: object) -> argparse.Namespace:

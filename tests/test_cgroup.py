@@ -182,9 +182,8 @@ def test_processes_moved_into_real_cgroups_carry_their_container_and_pod(
 def test_the_tui_filter_finds_processes_by_pod_and_namespace() -> None:
     from dataclasses import replace
 
-    from frames_fixture import make_frame
-
     from gputop.widgets.process_table import arrange
+    from tests.frames_fixture import make_frame
 
     procs = list(make_frame(0).processes)
     procs[0] = replace(procs[0], pod_name="resnet-train-7f9c", pod_namespace="ml-team")

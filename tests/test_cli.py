@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, gputop_cmd, gputop_env, run_gputop
 
 from gputop import __version__
 from gputop.model.frame import Frame
 from tests.contract import check_frame
+from tests.harness import ROOT, gputop_cmd, gputop_env, run_gputop
 from tests.procutil import HOG, kill_all, spawn_python
 
 

@@ -19,8 +19,8 @@ import pytest
 from gputop.sources.dcgm import DcgmFill, DcgmReader, parse_metrics
 from gputop.sources.nvml import NvmlSource
 from tests.fakenvml import ARCH_AMPERE, FakeGpu, FakeNvml, fake_uuid
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 BLANK = 9223372036854775794  # what DCGM prints for a field it could not fill
 
 

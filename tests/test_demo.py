@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import run_gputop
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +14,7 @@ from gputop.demo.gpumodel import GpuSpec, KernelProfile, clock_ratio, model_samp
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.errors import UsageError
 from gputop.runtime import Options, gpu_source
+from tests.harness import run_gputop
 
 SPEC = GpuSpec()
 COMPUTE = KernelProfile(sm_fill=0.9, dram_fill=0.3, full_power_w=620.0)

@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 import pytest
-from conftest import run_gputop, start_gputop
 
 from gputop.demo import SCENARIOS
 from gputop.demo.source import DemoGpuSource
+from tests.harness import run_gputop, start_gputop
 
 TICKS_TO_VERDICT = 5
 

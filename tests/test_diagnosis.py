@@ -689,7 +689,7 @@ def test_the_window_restarts_when_the_probe_takes_over_and_the_verdict_does_not_
 def test_an_old_config_with_a_removed_threshold_stops_every_command_with_one_line(
     tmp_path: Path,
 ) -> None:
-    from tests.conftest import gputop_env, run_gputop
+    from tests.harness import gputop_env, run_gputop
 
     (tmp_path / "gputop").mkdir()
     (tmp_path / "gputop" / "config.toml").write_text("[thresholds]\npreempt_high_per_s = 50\n")

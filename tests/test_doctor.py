@@ -10,7 +10,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import PY, ROOT, run_gputop
 
 from gputop.doctor import (
     Check,
@@ -35,6 +34,7 @@ from gputop.sources.sched_probe import (
     kernel_headers_present,
 )
 from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
+from tests.harness import PY, ROOT, run_gputop
 
 RELEASE = "6.1.0-99-amd64"
 CAP_SYS_ADMIN = 21

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import start_gputop
 from prometheus_client import generate_latest
 from prometheus_client.core import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,6 +33,7 @@ from gputop.model.frame import (
     Verdict,
 )
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
+from tests.harness import start_gputop
 from tests.torchjob import running_trainer
 
 PY = sys.executable

@@ -17,9 +17,9 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputop.export import GPU_LABELS, TEXTFILE_NAME, FrameCollector
+from tests.harness import ROOT
 from tests.test_export import FRAME, _scrape_collector
 
-ROOT = Path(__file__).resolve().parents[1]
 # dcgm-exporter's labels on every DCGM_* series (its own metric listing).
 DCGM_GPU_LABELS = {"gpu", "UUID", "modelName", "Hostname"}
 

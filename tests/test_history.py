@@ -12,7 +12,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from frames_fixture import STARVING_TRAINER_PID, PushFeed, make_frame
 from rich.text import Text
 
 from gputop.app import GputopApp, ReplayFeed
@@ -29,6 +28,7 @@ from gputop.model.history import History
 from gputop.screens.process import ProcessScreen
 from gputop.snapshot import load_bundle, write_bundle
 from gputop.widgets.verdict_panel import VerdictPanel
+from tests.frames_fixture import STARVING_TRAINER_PID, PushFeed, make_frame
 
 T0 = 1_700_000_000.0
 INTERVAL_S = 0.25

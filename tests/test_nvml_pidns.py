@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_gputop
 
 from gputop.sources.pidns import INIT_PID_NS, HostPidMap, nspid, proc_shows_host_pids
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.harness import run_gputop
 
 CHILD_NS = "pid:[4026532999]"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gputop.cli import build_parser
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MAN = ROOT / "man" / "gputop.1"
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 

@@ -19,7 +19,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
 from gputop.model import probe_abi
 from gputop.sources.bpf_build import (
@@ -34,6 +33,7 @@ from gputop.sources.bpf_build import (
 from gputop.sources.bpf_syscall import loaded_program_ids
 from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach, kernel_btf_problem, load
 from gputop.sources.sched_probe import MAP_TYPES, BpfSchedProbe, plan_loader
+from tests.harness import ROOT
 
 BPF = ROOT / "bpf"
 CLANG = find_clang()
@@ -280,9 +280,7 @@ def test_a_wheel_built_with_clang_carries_a_rebuilt_object_with_the_same_hash(
 # ---- the same accuracy test, on nodes without headers and bcc, or without BTF ----------------
 
 BCC_DIR = "/usr/lib/python3/dist-packages/bcc"
-FIRST_FRAME_TEST = (
-    "tests/test_sched_probe_first_frame.py::test_every_frame_from_the_first_matches_the_kernel"
-)
+FIRST_FRAME_TEST = "tests/system/test_sched_probe_first_frame.py::test_every_frame_from_the_first_matches_the_kernel"
 
 
 def _pytest_hiding(paths: list[str], expect_loader: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ import pytest
 from gputop.doctor import check_pyspy
 from gputop.procctl import PYSPY_INSTALL_HINT, find_pyspy, pyspy_dump, signal_process
 from gputop.sources.procfs import parse_stat
+from tests.harness import ROOT
 
 
 def _start_time(pid: int) -> int:
@@ -71,7 +72,7 @@ def test_pyspy_default_lookup_includes_the_interpreters_bin(tmp_path: Path) -> N
         f"import sys; sys.executable = {str(tmp_path / 'python')!r};"
         "from gputop.procctl import pyspy_dump; print(pyspy_dump(1))"
     )
-    env = dict(os.environ, PATH="/nonexistent", PYTHONPATH=str(Path(__file__).parents[1]))
+    env = dict(os.environ, PATH="/nonexistent", PYTHONPATH=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     ).stdout

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
+
 RULES = ROOT / "deploy" / "prometheus" / "gputop-rules.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "gputop-rules.test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "gputop-dashboard.json"

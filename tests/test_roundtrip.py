@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_gputop
-from frames_fixture import make_frames
-
 from gputop.app import GputopApp, ReplayFeed, _replay_feed
 from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
 from gputop.widgets.verdict_panel import VerdictPanel
+from tests.frames_fixture import make_frames
+from tests.harness import run_gputop
 
 
 async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:

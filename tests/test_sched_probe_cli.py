@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, gputop_cmd, gputop_env
 
 from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
+from tests.harness import ROOT, gputop_cmd, gputop_env
 
 IS_ROOT = os.geteuid() == 0
 BCC_WHY = find_bcc()[1]

@@ -17,6 +17,7 @@ from gputop.sources.sched_probe import (
     preflight,
     state_masks,
 )
+from tests.harness import ROOT
 
 # sched_switch's print format as kernel 6.18 writes it (TASK_REPORT_MAX = 0x100).
 FMT_6_18 = (
@@ -38,9 +39,6 @@ FMT_OLD = (
     ' { 64, "x" }, { 128, "K" }, { 256, "W" }, { 512, "P" }, { 1024, "N" }) : "R",'
     ' REC->prev_state & 2048 ? "+" : ""'
 )
-
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_masks_from_618_format_treat_r_and_r_plus_as_runnable():

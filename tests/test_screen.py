@@ -16,14 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from frames_fixture import (
-    JOB_CPUS,
-    LONG_STARVING,
-    STARVING_TRAINER_PID,
-    PushFeed,
-    make_frame,
-    make_frames,
-)
 from textual.widgets import Label
 
 from gputop.app import GputopApp, ReplayFeed
@@ -40,6 +32,14 @@ from gputop.widgets.key_footer import KeyFooter
 from gputop.widgets.process_table import ProcessTable, visible_columns
 from gputop.widgets.sparkline import MISSING, sparkline
 from gputop.widgets.verdict_panel import STRIP_GLYPHS, VerdictPanel
+from tests.frames_fixture import (
+    JOB_CPUS,
+    LONG_STARVING,
+    STARVING_TRAINER_PID,
+    PushFeed,
+    make_frame,
+    make_frames,
+)
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 SIZES = ((60, 20), (80, 24), (120, 40), (200, 60))

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, run_gputop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +39,7 @@ from gputop.snapshot import (
 )
 from tests.contract import check_frame
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
+from tests.harness import PY, ROOT, run_gputop
 from tests.torchjob import running_trainer
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_gputop
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from gputop.model.frame import (
     Verdict,
 )
 from gputop.snapshot import MAX_BYTES, MAX_FRAMES, MAX_LIST_ITEMS, Bundle, load_bundle, write_bundle
+from tests.harness import run_gputop
 
 
 def _frames() -> list[Frame]:

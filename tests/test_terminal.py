@@ -20,15 +20,14 @@ import sys
 import termios
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-from bpfutil import held_by_anyone, held_prog_ids
 
 from gputop.sources.bcc_loader import find_bcc
+from tests.bpfutil import held_by_anyone, held_prog_ids
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
 BPFTOOL = shutil.which("bpftool") or next(
     (p for p in ("/usr/sbin/bpftool", "/sbin/bpftool") if os.path.exists(p)), None

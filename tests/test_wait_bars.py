@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from frames_fixture import STARVING_TRAINER_PID, make_frames
 
 from gputop.app import GputopApp, ReplayFeed
 from gputop.model.frame import Frame, ProcessSample
 from gputop.model.waits import wait_split
 from gputop.screens.process import ProcessScreen, wait_lines
 from gputop.widgets.wait_bars import TrainerWaitBars, bar_cells
+from tests.frames_fixture import STARVING_TRAINER_PID, make_frames
 
 
 def _unmeasured(frames: list[Frame]) -> list[Frame]:

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_gputop
 
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.harness import run_gputop
 
 TRAIN = """
 import os, signal, sys, torch

@@ -1,7 +1,8 @@
 """SVG snapshots of the main screen and the drill-down on the deterministic fixture.
 
-Update after an intended change with ``pytest tests/test_app_snapshots.py --snapshot-update``
-and review the SVGs in tests/__snapshots__/.
+Update after an intended change with
+``pytest tests/functional/test_app_snapshots.py --snapshot-update`` and review the SVGs in
+tests/functional/__snapshots__/.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from frames_fixture import STARVING_TRAINER_PID, make_frames
 
 from gputop.app import GputopApp, ReplayFeed
+from tests.frames_fixture import STARVING_TRAINER_PID, make_frames
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
 # The main screen at every size a user may have (issue 14): down to 60x20, up to 200x60.

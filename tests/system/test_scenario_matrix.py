@@ -25,9 +25,9 @@ import pytest
 
 from gputop.sources.bcc_loader import find_bcc
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.harness import ROOT
 from tests.torchjob import running_loop
 
-ROOT = Path(__file__).resolve().parent.parent
 HOG = (
     "import os, sys\nif sys.argv[1]: os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
 )

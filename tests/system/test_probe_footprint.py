@@ -33,8 +33,8 @@ from tests.bpfutil import (
     wait_gone,
 )
 from tests.fakenvml import FakeGpu, FakeNvml
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RSS_LIMIT_KIB = 60 * 1024
 
 

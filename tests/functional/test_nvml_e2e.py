@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_gputop
 
 from tests.contract import check_frame
 from tests.fakenvml import (
@@ -20,6 +19,7 @@ from tests.fakenvml import (
     FakeProc,
     fake_uuid,
 )
+from tests.harness import run_gputop
 
 
 def record(env: dict[str, str], *args: str, timeout_s: float = 60) -> list[dict[str, Any]]:

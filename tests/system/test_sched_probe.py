@@ -19,21 +19,14 @@ import pytest
 
 from gputop.model.readings import Pipeline, ProbeReading, TaskSched
 from gputop.sampler import Sampler
-from gputop.sources.bcc_loader import find_bcc
 from gputop.sources.sched_probe import BpfSchedProbe
+from tests.bpfutil import why_no_bcc_probe
 from tests.procutil import HOG, kernel_counters, kill_all, spawn_python
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the eBPF probe needs root (CAP_BPF + CAP_PERFMON)"
-    bcc, why = find_bcc()
-    if bcc is None:
-        return f"bcc unavailable: {why}"
-    return None
-
-
-pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(why_no_bcc_probe() is not None, reason=str(why_no_bcc_probe())),
+]
 
 
 @pytest.fixture(scope="module", params=["libbpf", "bcc"])

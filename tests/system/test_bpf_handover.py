@@ -37,9 +37,8 @@ from tests.bpfutil import (
     process_gone,
     wait_gone,
 )
+from tests.harness import ROOT
 from tests.procutil import kill_all
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _why_not() -> str | None:

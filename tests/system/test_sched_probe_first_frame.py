@@ -6,7 +6,7 @@ whole interval (never the part of one since the attach). The victim is stopped
 around each tick so the kernel's counters, read right after the tick, cover
 exactly the frame's interval.
 
-``tests/test_probe_aot.py`` runs this same test in mount namespaces that hide
+``tests/system/test_probe_aot.py`` runs this same test in mount namespaces that hide
 the kernel headers and bcc (the object built ahead of time must carry it) or
 the kernel's BTF (bcc must), naming the loader it expects in
 ``GPUTOP_TEST_EXPECT_LOADER``.

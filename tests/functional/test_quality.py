@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, gputop_env
+from tests.harness import ROOT, gputop_env
 
 BIN = Path(sys.executable).parent
 

@@ -4,15 +4,14 @@ parser and the settings docs/kubernetes.md promises (no cluster here to apply th
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from gputop.cli import build_parser
 from gputop.export import DEFAULT_PORT
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DAEMONSET = ROOT / "deploy" / "kubernetes" / "gputop-daemonset.yaml"
 CONTAINERFILE = ROOT / "deploy" / "container" / "Containerfile"
 

@@ -18,9 +18,9 @@ import subprocess
 import sys
 import termios
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.harness import ROOT
+
 FIRST_FRAME = b"sched:"  # the status line names the sources once a frame has arrived
 
 

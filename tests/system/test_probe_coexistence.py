@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 
 from gputop.sources.bcc_loader import find_bcc
-from tests.test_sched_probe import _why_not
+from tests.bpfutil import why_no_bcc_probe
+from tests.harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RUNQLAT = shutil.which("runqlat-bpfcc") or "/usr/sbin/runqlat-bpfcc"
 
 pytestmark = [
     pytest.mark.root,
-    pytest.mark.skipif(_why_not() is not None, reason=str(_why_not())),
+    pytest.mark.skipif(why_no_bcc_probe() is not None, reason=str(why_no_bcc_probe())),
     pytest.mark.skipif(shutil.which("perf") is None, reason="needs perf"),
 ]
 

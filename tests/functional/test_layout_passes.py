@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from frames_fixture import STARVING_TRAINER_PID, PushFeed, make_frame
-
 from gputop.app import GputopApp
 from gputop.widgets.gpu_panel import GpuPanel
+from tests.frames_fixture import STARVING_TRAINER_PID, PushFeed, make_frame
 
 
 def count_layouts(app: GputopApp) -> Callable[[], int]:

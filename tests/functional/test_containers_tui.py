@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from frames_fixture import make_frames
-
 from gputop.app import GputopApp, ReplayFeed
 from gputop.model.frame import Frame
 from gputop.widgets.gpu_panel import GpuPanel
 from gputop.widgets.process_table import COLUMN_KEYS, row_key
+from tests.frames_fixture import make_frames
 
 CID = "4f1c" + "0123456789abcdef" * 3 + "0a1b2c3d4e5f"
 

@@ -17,10 +17,13 @@ from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.procfs import ProcSource
 from gputop.sources.sched_probe import BpfSchedProbe
-from tests.test_sched_probe import _why_not
+from tests.bpfutil import why_no_bcc_probe
 from tests.truthloop import running_loop
 
-pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(why_no_bcc_probe() is not None, reason=str(why_no_bcc_probe())),
+]
 
 WINDOW_TICKS = 5
 MAX_TICKS = 18

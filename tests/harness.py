@@ -1,0 +1,100 @@
+"""Running this checkout's gputop as a subprocess, and recording what a Pilot run posted.
+
+``gputop_cmd`` is the argv, ``run_gputop`` runs it to the end and ``start_gputop``
+leaves it running; both use this checkout (``ROOT`` as the working directory and
+first on PYTHONPATH) and text pipes. ``Posted`` is the ``message_hook`` of a Pilot run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from textual.message import Message
+from textual.notifications import Notify
+
+M = TypeVar("M", bound=Message)
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def gputop_cmd(*args: str) -> list[str]:
+    """The argv that runs this checkout's gputop with these arguments."""
+    return [PY, "-m", "gputop", *args]
+
+
+def gputop_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """``base`` (default: this process's environment) with this checkout first on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def run_gputop(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    prefix: tuple[str, ...] = (),
+    **kw: Any,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``gputop ARGS`` (behind ``prefix``, e.g. unshare) to the end; output captured as text.
+
+    ``env`` is the whole environment (default ``gputop_env()``); stdin is /dev/null unless given.
+    """
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.run(
+        [*prefix, *gputop_cmd(*args)],
+        cwd=ROOT,
+        env=gputop_env() if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
+
+
+def start_gputop(
+    *args: str, env: Mapping[str, str] | None = None, **kw: Any
+) -> subprocess.Popen[str]:
+    """Start ``gputop ARGS`` with stdout and stderr piped as text; the caller ends it."""
+    return subprocess.Popen(
+        gputop_cmd(*args),
+        cwd=ROOT,
+        env=gputop_env() if env is None else dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+class Posted(list[Message]):
+    """Every message a Pilot run dispatched: pass ``posted`` as ``run_test(message_hook=...)``.
+
+    A bubbling message is dispatched at each node it reaches (screen, then app):
+    it is recorded once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Every recorded message stays referenced by the list, so its id stays unique.
+        self._seen: set[int] = set()
+
+    def __call__(self, message: Message) -> None:
+        if id(message) not in self._seen:
+            self._seen.add(id(message))
+            self.append(message)
+
+    def of(self, kind: type[M]) -> list[M]:
+        """The dispatched messages of one kind, in order."""
+        return [m for m in self if isinstance(m, kind)]
+
+    def notes(self) -> list[str]:
+        """The texts of the notifications (toasts) the app raised."""
+        return [n.notification.message for n in self.of(Notify)]
