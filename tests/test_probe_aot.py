@@ -280,7 +280,10 @@ def test_a_wheel_built_with_clang_carries_a_rebuilt_object_with_the_same_hash(
 # ---- the same accuracy test, on nodes without headers and bcc, or without BTF ----------------
 
 BCC_DIR = "/usr/lib/python3/dist-packages/bcc"
-FIRST_FRAME_TEST = "tests/system/test_sched_probe_first_frame.py::test_every_frame_from_the_first_matches_the_kernel"
+FIRST_FRAME_TEST = (
+    "tests/system/test_sched_probe_first_frame.py"
+    "::test_every_frame_from_the_first_matches_the_kernel"
+)
 
 
 def _pytest_hiding(paths: list[str], expect_loader: str) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,9 @@
 No root, no process of their own, no sleeps, no Textual Pilot, no compiled fake NVML,
 no torch: data in, data out (a fake /proc tree under tmp_path is fine). Each test runs
 with starting a process, sleeping and Pilot turned into errors, so a test that needs
-one of them fails here and belongs in tests/functional or tests/system.
+one of them fails here and belongs in tests/functional or tests/system; and with
+XDG_CONFIG_HOME and XDG_STATE_HOME in an empty directory of its own, so whoever runs
+the tier, their config file is not read and their state directory not written.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,9 +32,17 @@ def _refuse(what: str) -> Any:
     return refused
 
 
+@pytest.fixture(scope="session")
+def empty_xdg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An XDG base directory holding nothing: no config file, no state."""
+    return tmp_path_factory.mktemp("xdg")
+
+
 @pytest.fixture(autouse=True)
-def pure(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def pure(monkeypatch: pytest.MonkeyPatch, empty_xdg: Path) -> Iterator[None]:
     """Starting a process, sleeping or a Pilot run fails the test (sleep(0), a yield, is fine)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(empty_xdg / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(empty_xdg / "state"))
     sleep = time.sleep
 
     def no_sleep(seconds: float) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -684,19 +683,3 @@ def test_the_window_restarts_when_the_probe_takes_over_and_the_verdict_does_not_
     states = [v[0].state for v in run([inferred] * 5 + [measured] * 4)]
     assert states[2:5] == ["busy_but_starving"] * 3
     assert states[5:] == ["busy_but_starving"] * 2 + ["low_sm_efficiency"] * 2
-
-
-def test_an_old_config_with_a_removed_threshold_stops_every_command_with_one_line(
-    tmp_path: Path,
-) -> None:
-    from tests.harness import gputop_env, run_gputop
-
-    (tmp_path / "gputop").mkdir()
-    (tmp_path / "gputop" / "config.toml").write_text("[thresholds]\npreempt_high_per_s = 50\n")
-    r = run_gputop(
-        "record", "--duration", "0.2", "--no-bpf", env=gputop_env(XDG_CONFIG_HOME=str(tmp_path))
-    )
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "'preempt_high_per_s' was removed" in lines[0], r.stderr
-    assert "runq_high_pct" in lines[0]

@@ -14,7 +14,6 @@ from gputop.demo.gpumodel import GpuSpec, KernelProfile, clock_ratio, model_samp
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.errors import UsageError
 from gputop.runtime import Options, gpu_source
-from tests.harness import run_gputop
 
 SPEC = GpuSpec()
 COMPUTE = KernelProfile(sm_fill=0.9, dram_fill=0.3, full_power_w=620.0)
@@ -123,10 +122,3 @@ def test_demo_list_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     for name, sc in SCENARIOS.items():
         assert name in out and sc.expect in out
-
-
-def test_record_with_unknown_demo_exits_2_with_one_line() -> None:
-    r = run_gputop("record", "--demo", "nope", "--duration", "1", timeout=30)
-    assert r.returncode == 2
-    assert r.stdout == ""
-    assert r.stderr.count("\n") == 1 and "unknown demo 'nope'" in r.stderr

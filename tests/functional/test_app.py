@@ -6,24 +6,21 @@ import os
 import signal
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
 from gputop.app import GputopApp, ReplayFeed
-from gputop.config import Config, load_config, parse_config
-from gputop.errors import UsageError
+from gputop.config import parse_config
 from gputop.messages import KillRequested, ProcessSignalled, TableView, ViewChanged
 from gputop.model.frame import Frame, ProcessSample
 from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
-from gputop.screens.process import ProcessScreen, histogram_lines
+from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen
 from gputop.widgets.gpu_panel import GpuPanel
-from gputop.widgets.process_table import ProcessTable, arrange
-from gputop.widgets.sparkline import sparkline
+from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
 from gputop.widgets.verdict_panel import VerdictPanel
 from tests.frames_fixture import (
@@ -535,51 +532,6 @@ async def test_readonly_refuses_to_kill(posted: Posted, sleeper: subprocess.Pope
 # ---- config ------------------------------------------------------------------
 
 
-def test_config_missing_file_is_the_defaults(tmp_path: Path) -> None:
-    assert load_config(tmp_path / "none.toml") == Config()
-
-
-def test_config_is_read_from_xdg_config_home(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "gputop").mkdir()
-    (tmp_path / "gputop" / "config.toml").write_text(
-        'interval = 2\ntheme = "nord"\nsnapshot_dir = "/tmp/snaps"\n'
-        '[keys]\nquit = "x, f10"\n[thresholds]\nstarving_offcpu_pct = 40\n'
-    )
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    cfg = load_config()
-    assert cfg.interval_s == 2.0 and cfg.theme == "nord" and cfg.snapshot_dir == "/tmp/snaps"
-    assert cfg.keys == {"quit": "x,f10"}
-    assert cfg.thresholds == {"starving_offcpu_pct": 40}
-
-
-@pytest.mark.parametrize(
-    ("text", "needle"),
-    [
-        ("interval = [", "config.toml"),
-        ("interval = 0.01", "at least"),
-        ('interval = "fast"', "number"),
-        ("colour = 1", "unknown setting"),
-        ("[keys]\nquit = 3", "[keys]"),
-        ("thresholds = 3", "[thresholds]"),
-    ],
-)
-def test_bad_config_is_one_line_usage_error(tmp_path: Path, text: str, needle: str) -> None:
-    path = tmp_path / "config.toml"
-    path.write_text(text)
-    with pytest.raises(UsageError) as err:
-        load_config(path)
-    assert needle in str(err.value) and "\n" not in str(err.value)
-
-
-def test_unknown_binding_or_theme_in_config_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="unknown key binding 'explode'"):
-        GputopApp(PushFeed(), config=parse_config({"keys": {"explode": "x"}}))
-    with pytest.raises(UsageError, match="unknown theme"):
-        GputopApp(PushFeed(), config=parse_config({"theme": "no-such-theme"}))
-
-
 async def test_remapped_keys_work_and_show_in_help() -> None:
     config = parse_config({"keys": {"quit": "x", "tree": "T"}})
     app = GputopApp(ReplayFeed(make_frames(3)), config=config)
@@ -602,46 +554,3 @@ async def test_no_color_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
         await pilot.pause()
         assert app.no_color
         assert "BUSY BUT STARVING" in str(app.query_one(VerdictPanel).render())
-
-
-# ---- pieces ------------------------------------------------------------------
-
-
-def test_sparkline_draws_none_as_a_gap_never_as_zero() -> None:
-    assert sparkline([0.0, None, 100.0], 5) == "  ▁·█"
-    assert sparkline([50.0] * 10, 4) == "▅▅▅▅"
-    assert sparkline([150.0, -3.0], 2) == "█▁"
-
-
-def test_arrange_filter_matches_user_role_and_command() -> None:
-    procs = make_frame(0).processes
-    assert {p.pid for p, _ in arrange(procs, needle="bob")} == {OTHER_TRAINER_PID, 4120}
-    assert {p.pid for p, _ in arrange(procs, needle="LOADER")} == {*WORKER_PIDS, 4120}
-    # A worker whose trainer is filtered out stands at the top level.
-    assert all(prefix == "" for _, prefix in arrange(procs, needle="loader"))
-
-
-def test_histogram_lines_cover_the_nonzero_log2_buckets() -> None:
-    lines = histogram_lines((0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 8, 0, 2), width=8)
-    assert len(lines) == 4
-    assert lines[0].split()[0] == "≥1.02µs" and lines[0].endswith(" 4")
-    assert "████████" in lines[1]
-    assert histogram_lines((0, 0)) == ["no off-CPU stalls recorded"]
-
-
-@pytest.mark.parametrize(
-    ("comm", "cmdline", "shown"),
-    [
-        ("python3", "/usr/bin/python3 train.py", "/usr/bin/python3 train.py"),
-        ("pt_data_worker", "python3 train.py", "pt_data_worker: python3 train.py"),
-        ("cpu_hog", "/v/bin/python -m demo", "cpu_hog: /v/bin/python -m demo"),
-        ("kworker/0:1", "", "[kworker/0:1]"),
-        ("pt_data_pin", "[thread pt_data_pin of 7]", "[thread pt_data_pin of 7]"),
-        ("stress-ng-cpu", "stress-ng-cpu [run]", "stress-ng-cpu [run]"),
-    ],
-)
-def test_command_column_names_renamed_processes(comm: str, cmdline: str, shown: str) -> None:
-    from gputop.widgets.process_table import command_text
-
-    p = replace(make_frame(0).processes[0], comm=comm, cmdline=cmdline)
-    assert command_text(p) == shown

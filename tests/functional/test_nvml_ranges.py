@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.nvml import NvmlSource, valid
+from gputop.sources.nvml import NvmlSource
 from tests.fakenvml import FakeGpu, FakeNvml
 
 SENTINEL = 4294967295  # NVML_VALUE_NOT_AVAILABLE of a 32-bit field
@@ -56,22 +56,3 @@ def test_unavailable_sentinels_and_over_100_percent_read_as_none(
     # tick 2: ordinary values pass untouched
     assert (third.util, third.mem_util, third.power_w) == (97.0, 40.0, 310.0)
     assert src.status.live
-
-
-@pytest.mark.parametrize(
-    ("value", "most", "expected"),
-    [
-        (0, 100.0, 0),
-        (100, 100.0, 100),
-        (100.5, 100.0, None),
-        (0xFFFFFFFF, None, None),
-        (0xFFFFFFFFFFFFFFFF, None, None),
-        (-1, None, None),
-        (None, 100.0, None),
-        (350_000, None, 350_000),
-    ],
-)
-def test_valid_keeps_readings_and_drops_sentinels(
-    value: float | None, most: float | None, expected: float | None
-) -> None:
-    assert valid(value, most) == expected

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gputop.model.frame import GpuReading
-from gputop.sources.nvml import NvmlSource, decode_throttle, probe_nvml
+from gputop.sources.nvml import NvmlSource, probe_nvml
 from tests.fakenvml import (
     ARCH_AMPERE,
     DRIVER_NOT_LOADED,
@@ -218,20 +218,6 @@ def test_clock_event_reasons_are_decoded_to_names(nvml: MakeSource) -> None:
     src, _ = nvml([FakeGpu(throttle=[0, SW_POWER_CAP | HW_SLOWDOWN, GPU_IDLE, SW_THERMAL])])
     got = [r.gpus[0].throttle for r in ticks(src, 4)]
     assert got == [(), ("sw_power_cap", "hw_slowdown"), (), ("sw_thermal",)]
-
-
-def test_decode_throttle_names_every_reason_and_keeps_unknown_bits() -> None:
-    assert decode_throttle(0xFF) == (
-        "applications_clocks",
-        "sw_power_cap",
-        "hw_slowdown",
-        "sync_boost",
-        "sw_thermal",
-        "hw_thermal",
-        "hw_power_brake",
-    )
-    assert decode_throttle(GPU_IDLE) == ()
-    assert decode_throttle(0x1000 | SW_POWER_CAP) == ("sw_power_cap", "unknown_0x1000")
 
 
 def test_missing_clock_event_reasons_falls_back_to_throttle_reasons(nvml: MakeSource) -> None:

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import stat
 from pathlib import Path
 
-import pytest
-
-from gputop.app import GputopApp, ReplayFeed, run_app
+from gputop.app import GputopApp, ReplayFeed
 from gputop.config import Config
-from gputop.errors import UsageError
 from gputop.messages import SnapshotFailed, SnapshotSaved
-from gputop.runtime import Options
 from gputop.widgets.verdict_panel import VerdictPanel
 from tests.frames_fixture import make_frames
 from tests.harness import Posted
-
-
-def _args(**kw: object) -> argparse.Namespace:
-    base = {"replay": None, "readonly": False, "no_redact": False, "demo": None}
-    base.update(kw)
-    return argparse.Namespace(**base)
 
 
 async def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(
@@ -61,10 +50,3 @@ async def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path
         assert app.cursor == 11
         await pilot.press("left")
         assert app.cursor == 10
-
-
-def test_replay_of_a_bad_file_is_a_usage_error(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(UsageError):
-        run_app(_args(replay=str(bad)), Options(), Config())

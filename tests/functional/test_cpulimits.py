@@ -93,9 +93,3 @@ def test_other_processes_carry_no_limits_and_the_host_lists_online_cpus() -> Non
         Path("/sys/devices/system/cpu/online").read_text()
     )
     assert all(p.cpus_allowed is None for p in reading.processes if p.role == "other")
-
-
-def test_cpu_lists_parse_like_the_kernel_writes_them() -> None:
-    assert parse_cpu_list("0-3,8,10-11\n") == (0, 1, 2, 3, 8, 10, 11)
-    assert parse_cpu_list("") == ()
-    assert parse_cpu_list("x") == ()
