@@ -7,11 +7,17 @@ gputop as a subprocess; ``procutil``, ``bpfutil``, ``fakeproc``, ``fakenvml``,
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gputop.snapshot import write_bundle
+from tests.bundles import small_frames
+from tests.exportutil import exporting
 from tests.harness import PY, Posted, run_gputop
 
 
@@ -34,3 +40,19 @@ def gputop() -> Callable[..., subprocess.CompletedProcess[str]]:
 def posted() -> Posted:
     """A message hook that records what the app dispatched, for asserting on messages."""
     return Posted()
+
+
+@pytest.fixture
+def exporter() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A running ``gputop export --no-bpf`` on loopback and its metrics URL."""
+    with exporting() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def good_bundle(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A valid snapshot bundle of ``small_frames()``, as the JSON document write_bundle wrote."""
+    d = tmp_path_factory.mktemp("good")
+    path = write_bundle(small_frames(), {"host": {"kernel": "x"}}, str(d), None, True)
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    return doc

@@ -2,167 +2,88 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.core import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from gputop.doctor import check_bcc, check_kernel_headers, check_privileges, check_tracefs
 from gputop.errors import UsageError
-from gputop.export import FrameCollector, parse_listen
-from gputop.model.frame import (
-    VERDICT_STATES,
-    Frame,
-    GpuSample,
-    HostSample,
-    ProcessSample,
-    Sources,
-    Verdict,
+from gputop.export import parse_listen
+from gputop.model.frame import VERDICT_STATES
+from tests.exportutil import (
+    FRAME,
+    exporting,
+    families,
+    fetch,
+    one,
+    run_export,
+    scrape_collector,
+    wait_for_frame,
 )
 from tests.fakenvml import ARCH_AMPERE, SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc, fake_uuid
-from tests.harness import start_gputop
 from tests.torchjob import running_trainer
 
 PY = sys.executable
 
 
-def _proc(
-    pid: int, comm: str, role: str, gpus: tuple[int, ...] = (), offcpu: float | None = 51.7
-) -> ProcessSample:
-    return ProcessSample(
-        pid=pid,
-        ppid=1,
-        comm=comm,
-        cmdline=comm,
-        role=role,
-        trainer_pid=None,
-        cpu_pct=40.0,
-        offcpu_pct=offcpu,
-        runq_pct=30.2,
-        preempt_per_s=120.5,
-        preempt_total=14504,
-        vcsw_per_s=30.0,
-        gpus=gpus,
-        gpu_mem_mib=1000 if gpus else None,
-    )
-
-
-FRAME = Frame(
-    t=1763769600.25,
-    interval=1.0,
-    sources=Sources("nvml", "bpf"),
-    host=HostSample(
-        cpu_pct=93.1, ncpu=8, load1=12.3, psi_cpu_some=41.0, mem_used_mib=100, mem_total_mib=200
-    ),
-    gpus=(
-        GpuSample(
-            0, "GPU-aaa", "NVIDIA H100", 97.0, 12.0, 140.0, 700.0, 62000, 81559, ("sw_power_cap",)
-        ),
-        GpuSample(1, "GPU-bbb", "NVIDIA A100", 5.0, None, 60.0, 400.0, 10, 40000),
-    ),
-    processes=(
-        _proc(100, "python3", "trainer", gpus=(0,)),
-        _proc(101, "pt_data_worker", "dataloader", offcpu=None),
-        _proc(102, "pt_data_pin", "pin_memory"),
-        _proc(200, "infer", "other", gpus=(1,)),
-        _proc(300, "bash", "other"),
-    ),
-    verdicts=(Verdict(0, "busy_but_starving", ("off-CPU 52%",)), Verdict(1, "idle")),
-)
-
-
-def _scrape_collector(frame: Frame | None) -> dict[str, list[Sample]]:
-    collector = FrameCollector("node1")
-    if frame is not None:
-        collector.update(frame)
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)
-    return _families(generate_latest(reg).decode())
-
-
-def _families(text: str) -> dict[str, list[Sample]]:
-    out: dict[str, list[Sample]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, []).append(s)
-    return out
-
-
-def _one(fams: dict[str, list[Sample]], metric: str, /, **labels: str) -> float:
-    hits = [
-        s.value
-        for s in fams.get(metric, [])
-        if all(s.labels.get(k) == v for k, v in labels.items())
-    ]
-    assert len(hits) == 1, (metric, labels, fams.get(metric))
-    return hits[0]
-
-
 def test_gpu_metrics_carry_host_index_and_uuid() -> None:
-    f = _scrape_collector(FRAME)
+    f = scrape_collector(FRAME)
     assert (
-        _one(f, "gputop_gpu_utilization_percent", Hostname="node1", gpu="0", UUID="GPU-aaa") == 97.0
+        one(f, "gputop_gpu_utilization_percent", Hostname="node1", gpu="0", UUID="GPU-aaa") == 97.0
     )
-    assert _one(f, "gputop_gpu_sm_active_percent", gpu="0") == 12.0
-    assert _one(f, "gputop_gpu_power_watts", gpu="1", UUID="GPU-bbb") == 60.0
-    assert _one(f, "gputop_gpu_memory_used_bytes", gpu="0") == 62000 * 2**20
-    assert _one(f, "gputop_gpu_throttled", gpu="0") == 1.0
-    assert _one(f, "gputop_gpu_throttled", gpu="1") == 0.0
-    assert _one(f, "gputop_gpu_throttle_reason", gpu="0", reason="sw_power_cap") == 1.0
+    assert one(f, "gputop_gpu_sm_active_percent", gpu="0") == 12.0
+    assert one(f, "gputop_gpu_power_watts", gpu="1", UUID="GPU-bbb") == 60.0
+    assert one(f, "gputop_gpu_memory_used_bytes", gpu="0") == 62000 * 2**20
+    assert one(f, "gputop_gpu_throttled", gpu="0") == 1.0
+    assert one(f, "gputop_gpu_throttled", gpu="1") == 0.0
+    assert one(f, "gputop_gpu_throttle_reason", gpu="0", reason="sw_power_cap") == 1.0
 
 
 def test_sm_active_is_absent_not_zero_when_unknown() -> None:
-    f = _scrape_collector(FRAME)
+    f = scrape_collector(FRAME)
     assert [s.labels["gpu"] for s in f["gputop_gpu_sm_active_percent"]] == ["0"]
 
 
 def test_processes_exported_are_trainers_workers_and_gpu_users() -> None:
-    f = _scrape_collector(FRAME)
+    f = scrape_collector(FRAME)
     pids = {s.labels["pid"]: s.labels["role"] for s in f["gputop_process_cpu_percent"]}
     assert pids == {"100": "trainer", "101": "dataloader", "102": "pin_memory", "200": "other"}
-    assert _one(f, "gputop_process_offcpu_percent", pid="100", comm="python3") == 51.7
+    assert one(f, "gputop_process_offcpu_percent", pid="100", comm="python3") == 51.7
     assert "101" not in {s.labels["pid"] for s in f["gputop_process_offcpu_percent"]}
-    assert _one(f, "gputop_process_runq_percent", pid="101") == 30.2
-    assert _one(f, "gputop_process_preemptions_per_second", pid="100") == 120.5
-    assert _one(f, "gputop_process_preemptions_total", pid="100") == 14504
-    assert _one(f, "gputop_process_gpu_memory_bytes", pid="200") == 1000 * 2**20
+    assert one(f, "gputop_process_runq_percent", pid="101") == 30.2
+    assert one(f, "gputop_process_preemptions_per_second", pid="100") == 120.5
+    assert one(f, "gputop_process_preemptions_total", pid="100") == 14504
+    assert one(f, "gputop_process_gpu_memory_bytes", pid="200") == 1000 * 2**20
 
 
 def test_verdict_is_one_for_the_current_state_only() -> None:
-    f = _scrape_collector(FRAME)
+    f = scrape_collector(FRAME)
     for state in VERDICT_STATES:
         expected = 1.0 if state == "busy_but_starving" else 0.0
-        assert _one(f, "gputop_verdict", gpu="0", UUID="GPU-aaa", state=state) == expected
-    assert _one(f, "gputop_verdict", gpu="1", state="idle") == 1.0
+        assert one(f, "gputop_verdict", gpu="0", UUID="GPU-aaa", state=state) == expected
+    assert one(f, "gputop_verdict", gpu="1", state="idle") == 1.0
 
 
 def test_host_metrics() -> None:
-    f = _scrape_collector(FRAME)
-    assert _one(f, "gputop_host_cpu_percent", Hostname="node1") == 93.1
-    assert _one(f, "gputop_host_load1") == 12.3
-    assert _one(f, "gputop_host_psi_cpu_some_percent") == 41.0
+    f = scrape_collector(FRAME)
+    assert one(f, "gputop_host_cpu_percent", Hostname="node1") == 93.1
+    assert one(f, "gputop_host_load1") == 12.3
+    assert one(f, "gputop_host_psi_cpu_some_percent") == 41.0
     assert "gputop_host_psi_cpu_full_percent" not in f
-    assert _one(f, "gputop_host_memory_total_bytes") == 200 * 2**20
-    assert _one(f, "gputop_source_info", gpu_source="nvml", sched_source="bpf") == 1.0
+    assert one(f, "gputop_host_memory_total_bytes") == 200 * 2**20
+    assert one(f, "gputop_source_info", gpu_source="nvml", sched_source="bpf") == 1.0
 
 
 def test_before_the_first_frame_only_up_is_zero() -> None:
-    f = _scrape_collector(None)
+    f = scrape_collector(None)
     assert list(f) == ["gputop_up"]
-    assert _one(f, "gputop_up", Hostname="node1") == 0.0
+    assert one(f, "gputop_up", Hostname="node1") == 0.0
 
 
 @pytest.mark.parametrize(
@@ -189,34 +110,6 @@ def test_bad_listen_addresses(text: str) -> None:
 # ---- real processes over loopback ----------------------------------------------------
 
 
-def _run_export(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return start_gputop("export", *args, env=env)
-
-
-@contextlib.contextmanager
-def _exporting(
-    env: dict[str, str] | None = None, *extra: str, bpf: bool = False
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    sched = () if bpf else ("--no-bpf",)
-    p = _run_export("--listen", "127.0.0.1:0", "--interval", "0.2", *sched, *extra, env=env)
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        m = re.search(r"serving (http://127\.0\.0\.1:\d+/metrics)", line)
-        assert m, (line, p.stderr.read() if p.poll() is not None and p.stderr else "")
-        yield p, m.group(1)
-    finally:
-        if p.poll() is None:
-            p.terminate()
-        p.wait(timeout=30)
-
-
-@pytest.fixture
-def exporter() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    with _exporting() as running:
-        yield running
-
-
 def test_real_scrape_of_fake_nvml_gpus_and_a_gpu_process(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(
         [PY, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
@@ -240,61 +133,44 @@ def test_real_scrape_of_fake_nvml_gpus_and_a_gpu_process(tmp_path: Path) -> None
         ],
     )
     try:
-        with _exporting(fake.env()) as (_p, url):
-            fams = _wait_for_frame(url)
+        with exporting(fake.env()) as (_p, url):
+            fams = wait_for_frame(url)
     finally:
         sleeper.terminate()
         sleeper.wait(timeout=10)
     g0 = {"gpu": "0", "UUID": fake_uuid(0), "modelName": "NVIDIA H100 80GB HBM3"}
-    assert _one(fams, "gputop_gpu_utilization_percent", **g0) == 97.0
-    assert _one(fams, "gputop_gpu_sm_active_percent", **g0) == 12.0
-    assert _one(fams, "gputop_gpu_power_watts", **g0) == 140.0
-    assert _one(fams, "gputop_gpu_memory_used_bytes", **g0) == 62000 * 2**20
-    assert _one(fams, "gputop_gpu_throttle_reason", reason="sw_power_cap", **g0) == 1.0
-    assert _one(fams, "gputop_gpu_utilization_percent", gpu="1", UUID=fake_uuid(1)) == 55.0
+    assert one(fams, "gputop_gpu_utilization_percent", **g0) == 97.0
+    assert one(fams, "gputop_gpu_sm_active_percent", **g0) == 12.0
+    assert one(fams, "gputop_gpu_power_watts", **g0) == 140.0
+    assert one(fams, "gputop_gpu_memory_used_bytes", **g0) == 62000 * 2**20
+    assert one(fams, "gputop_gpu_throttle_reason", reason="sw_power_cap", **g0) == 1.0
+    assert one(fams, "gputop_gpu_utilization_percent", gpu="1", UUID=fake_uuid(1)) == 55.0
     # GPU 1 has no GPM: its SM activity is absent, not 0.
     assert [s.labels["gpu"] for s in fams["gputop_gpu_sm_active_percent"]] == ["0"]
-    assert _one(fams, "gputop_source_info", gpu_source="nvml") == 1.0
+    assert one(fams, "gputop_source_info", gpu_source="nvml") == 1.0
     pid = str(sleeper.pid)
-    assert _one(fams, "gputop_process_gpu_memory_bytes", pid=pid, role="trainer") == 60000 * 2**20
-    assert _one(fams, "gputop_process_cpu_percent", pid=pid, comm=comm) >= 0.0
-
-
-def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        assert r.status == 200
-        body: bytes = r.read()
-        return body.decode()
-
-
-def _wait_for_frame(url: str) -> dict[str, list[Sample]]:
-    deadline = time.monotonic() + 30
-    while True:
-        fams = _families(_fetch(url))
-        if _one(fams, "gputop_up") == 1.0:
-            return fams
-        assert time.monotonic() < deadline, "no frame within 30 s"
-        time.sleep(0.1)
+    assert one(fams, "gputop_process_gpu_memory_bytes", pid=pid, role="trainer") == 60000 * 2**20
+    assert one(fams, "gputop_process_cpu_percent", pid=pid, comm=comm) >= 0.0
 
 
 def test_real_scrape_over_loopback(exporter: tuple[subprocess.Popen[str], str]) -> None:
     _p, url = exporter
-    fams = _wait_for_frame(url)
+    fams = wait_for_frame(url)
     host = socket.gethostname()
-    assert _one(fams, "gputop_host_cpus", Hostname=host) == os.cpu_count()
-    assert 0.0 <= _one(fams, "gputop_host_cpu_percent") <= 100.0
-    assert _one(fams, "gputop_source_info", gpu_source="none", sched_source="procfs") == 1.0
-    first_t = _one(fams, "gputop_frame_timestamp_seconds")
+    assert one(fams, "gputop_host_cpus", Hostname=host) == os.cpu_count()
+    assert 0.0 <= one(fams, "gputop_host_cpu_percent") <= 100.0
+    assert one(fams, "gputop_source_info", gpu_source="none", sched_source="procfs") == 1.0
+    first_t = one(fams, "gputop_frame_timestamp_seconds")
     assert abs(first_t - time.time()) < 30
     time.sleep(0.5)
-    assert _one(_families(_fetch(url)), "gputop_frame_timestamp_seconds") > first_t
+    assert one(families(fetch(url)), "gputop_frame_timestamp_seconds") > first_t
 
 
 def test_the_verdict_gauge_follows_the_diagnosis_of_a_starving_demo() -> None:
-    with _exporting(None, "--demo", "cpu-contention") as (_p, url):
+    with exporting(None, "--demo", "cpu-contention") as (_p, url):
         deadline = time.monotonic() + 60
         while True:
-            fams = _wait_for_frame(url)
+            fams = wait_for_frame(url)
             current = [s for s in fams.get("gputop_verdict", []) if s.value == 1.0]
             if current and current[0].labels["state"] == "busy_but_starving":
                 break
@@ -306,8 +182,8 @@ def test_the_verdict_gauge_follows_the_diagnosis_of_a_starving_demo() -> None:
     assert set(states) == set(VERDICT_STATES)
     assert sum(states.values()) == 1.0
     g = {"gpu": labels["gpu"], "UUID": labels["UUID"]}
-    util = _one(fams, "gputop_gpu_utilization_percent", **g)
-    assert _one(fams, "gputop_gpu_sm_active_percent", **g) < util / 2
+    util = one(fams, "gputop_gpu_utilization_percent", **g)
+    assert one(fams, "gputop_gpu_sm_active_percent", **g) < util / 2
     assert "trainer" in {s.labels["role"] for s in fams["gputop_process_offcpu_percent"]}
 
 
@@ -315,16 +191,16 @@ def test_scrapes_read_the_latest_frame_and_do_not_sample(
     exporter: tuple[subprocess.Popen[str], str],
 ) -> None:
     _p, url = exporter
-    _wait_for_frame(url)
+    wait_for_frame(url)
     # Ten back-to-back scrapes span far less than ten intervals: a per-scrape sampler
     # would give ten different frames.
-    stamps = [_one(_families(_fetch(url)), "gputop_frame_timestamp_seconds") for _ in range(10)]
+    stamps = [one(families(fetch(url)), "gputop_frame_timestamp_seconds") for _ in range(10)]
     assert len(set(stamps)) < 5
 
 
 def test_sigterm_stops_the_exporter_cleanly(exporter: tuple[subprocess.Popen[str], str]) -> None:
     p, url = exporter
-    _wait_for_frame(url)
+    wait_for_frame(url)
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=15) == 128 + signal.SIGTERM
     assert p.stderr is not None and p.stderr.read() == ""
@@ -342,10 +218,10 @@ _CAN_BPF = os.geteuid() == 0 and all(
 @pytest.mark.root
 @pytest.mark.skipif(not _CAN_BPF, reason="needs root, bcc, kernel headers and tracefs")
 def test_with_the_ebpf_probe_the_export_says_so_and_stops_cleanly() -> None:
-    with _exporting(bpf=True) as (p, url):
+    with exporting(bpf=True) as (p, url):
         deadline = time.monotonic() + 60
         while True:
-            fams = _wait_for_frame(url)
+            fams = wait_for_frame(url)
             src = fams["gputop_source_info"][0].labels["sched_source"]
             if src == "bpf":
                 break
@@ -361,7 +237,7 @@ def test_a_port_in_use_is_one_line_and_exit_2() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        p = _run_export("--listen", f"127.0.0.1:{port}")
+        p = run_export("--listen", f"127.0.0.1:{port}")
         _out, err = p.communicate(timeout=60)
     assert p.returncode == 2
     assert err == f"gputop: error: cannot listen on 127.0.0.1:{port}: address already in use\n"
@@ -369,7 +245,7 @@ def test_a_port_in_use_is_one_line_and_exit_2() -> None:
 
 @pytest.mark.parametrize("listen", ["nonsense", "127.0.0.1:70000", "no-such-host.invalid:9400"])
 def test_a_bad_listen_is_one_line_and_exit_2(listen: str) -> None:
-    p = _run_export("--listen", listen)
+    p = run_export("--listen", listen)
     _out, err = p.communicate(timeout=60)
     assert p.returncode == 2
     assert err.startswith("gputop: error: ") and err.count("\n") == 1
@@ -384,7 +260,7 @@ def test_a_real_trainer_and_its_workers_are_exported(
         _p, url = exporter
         deadline = time.monotonic() + 30
         while True:
-            fams = _wait_for_frame(url)
+            fams = wait_for_frame(url)
             roles = {
                 s.labels["pid"]: s.labels["role"]
                 for s in fams.get("gputop_process_cpu_percent", [])
@@ -399,4 +275,4 @@ def test_a_real_trainer_and_its_workers_are_exported(
             if s.labels["role"] == "dataloader" and s.labels["comm"] == "pt_data_worker"
         ]
         assert len(workers) >= 2
-        assert _one(fams, "gputop_process_preemptions_total", pid=str(trainer.pid)) >= 0
+        assert one(fams, "gputop_process_preemptions_total", pid=str(trainer.pid)) >= 0

@@ -17,15 +17,15 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputop.export import GPU_LABELS, TEXTFILE_NAME, FrameCollector
+from tests.exportutil import FRAME, scrape_collector
 from tests.harness import ROOT
-from tests.test_export import FRAME, _scrape_collector
 
 # dcgm-exporter's labels on every DCGM_* series (its own metric listing).
 DCGM_GPU_LABELS = {"gpu", "UUID", "modelName", "Hostname"}
 
 
 def test_gpu_series_use_dcgm_exporters_label_names_verdict_included() -> None:
-    fams = _scrape_collector(FRAME)
+    fams = scrape_collector(FRAME)
     assert set(GPU_LABELS) == DCGM_GPU_LABELS
     gpu_families = [n for n in fams if n.startswith("gputop_gpu_")]
     for name in [*gpu_families, "gputop_verdict"]:

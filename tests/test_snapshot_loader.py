@@ -15,57 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gputop.errors import UsageError
-from gputop.model.frame import (
-    Frame,
-    GpuSample,
-    HostSample,
-    ProcessSample,
-    Sources,
-    ThreadSample,
-    Verdict,
-)
-from gputop.snapshot import MAX_BYTES, MAX_FRAMES, MAX_LIST_ITEMS, Bundle, load_bundle, write_bundle
+from gputop.snapshot import MAX_BYTES, MAX_FRAMES, MAX_LIST_ITEMS, Bundle, load_bundle
+from tests.bundles import small_frames
 from tests.harness import run_gputop
-
-
-def _frames() -> list[Frame]:
-    proc = ProcessSample(
-        pid=10,
-        ppid=1,
-        comm="python3",
-        cmdline="python3 train.py",
-        role="trainer",
-        trainer_pid=10,
-        cpu_pct=50.0,
-        offcpu_pct=20.0,
-        runq_pct=5.0,
-        preempt_per_s=3.0,
-        preempt_total=30,
-        vcsw_per_s=1.0,
-        gpus=(0,),
-        threads=(ThreadSample(10, "python3", 50.0, 50.0, 5.0, 3.0, 1.0),),
-    )
-    gpu = GpuSample(0, "GPU-a", "H100", 97.0, 12.0, 140.0, 700.0, 100, 200, ("hw_slowdown",))
-    return [
-        Frame(
-            t=100.0 + i,
-            interval=1.0,
-            sources=Sources("nvml", "procfs", ("note",)),
-            host=HostSample(cpu_pct=50.0, ncpu=4, load1=1.0, psi_cpu_some=3.0),
-            gpus=(gpu,),
-            processes=(proc,),
-            verdicts=(Verdict(0, "busy_but_starving", ("evidence",), ("fix",)),),
-        )
-        for i in range(3)
-    ]
-
-
-@pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    d = tmp_path_factory.mktemp("good")
-    path = write_bundle(_frames(), {"host": {"kernel": "x"}}, str(d), None, True)
-    doc: dict[str, Any] = json.loads(Path(path).read_text())
-    return doc
 
 
 def _expect_one_line(path: Path, *fragments: str) -> str:
@@ -85,15 +37,15 @@ def _write(tmp_path: Path, doc: Any, **dump: Any) -> Path:
     return p
 
 
-def test_a_good_bundle_loads(tmp_path: Path, good: dict[str, Any]) -> None:
-    b = load_bundle(str(_write(tmp_path, good)))
+def test_a_good_bundle_loads(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
+    b = load_bundle(str(_write(tmp_path, good_bundle)))
     assert isinstance(b, Bundle)
-    assert b.frames == _frames()
+    assert b.frames == small_frames()
     assert b.verdicts[0].state == "busy_but_starving"
 
 
-def test_a_truncated_bundle(tmp_path: Path, good: dict[str, Any]) -> None:
-    text = json.dumps(good)
+def test_a_truncated_bundle(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
+    text = json.dumps(good_bundle)
     p = tmp_path / "t.json"
     p.write_text(text[: len(text) // 2])
     _expect_one_line(p, "not valid JSON (truncated or corrupt?)")
@@ -111,8 +63,8 @@ def test_an_empty_file(tmp_path: Path) -> None:
     _expect_one_line(p, "is empty")
 
 
-def test_a_newer_schema_version(tmp_path: Path, good: dict[str, Any]) -> None:
-    doc = dict(good, schema="gputop.snapshot/2")
+def test_a_newer_schema_version(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
+    doc = dict(good_bundle, schema="gputop.snapshot/2")
     _expect_one_line(_write(tmp_path, doc), "'gputop.snapshot/2'", "reads 'gputop.snapshot/1'")
 
 
@@ -123,7 +75,7 @@ def test_json_that_is_not_a_snapshot(tmp_path: Path, doc: Any) -> None:
 
 def test_a_record_file_is_not_a_snapshot(tmp_path: Path) -> None:
     p = tmp_path / "rec.jsonl"
-    p.write_text("".join(json.dumps(f.to_dict()) + "\n" for f in _frames()))
+    p.write_text("".join(json.dumps(f.to_dict()) + "\n" for f in small_frames()))
     _expect_one_line(p, "not valid JSON")
 
 
@@ -134,28 +86,29 @@ def test_a_huge_file_is_refused_without_reading_it(tmp_path: Path) -> None:
     _expect_one_line(p, f"limited to {MAX_BYTES // 2**20} MiB")
 
 
-def test_deep_nesting(tmp_path: Path, good: dict[str, Any]) -> None:
+def test_deep_nesting(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
     p = tmp_path / "deep.json"
     depth = 200_000
-    text = json.dumps(dict(good, meta="X"))
+    text = json.dumps(dict(good_bundle, meta="X"))
     p.write_text(text.replace('"X"', "[" * depth + "]" * depth))
     _expect_one_line(p, "nested")
     _expect_one_line(
-        _write(tmp_path, dict(good, meta={"a": [[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]})), "nested deeper"
+        _write(tmp_path, dict(good_bundle, meta={"a": [[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]})),
+        "nested deeper",
     )
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e999"])
-def test_non_finite_numbers(tmp_path: Path, good: dict[str, Any], constant: str) -> None:
-    doc = copy.deepcopy(good)
+def test_non_finite_numbers(tmp_path: Path, good_bundle: dict[str, Any], constant: str) -> None:
+    doc = copy.deepcopy(good_bundle)
     doc["frames"][0]["gpus"][0]["util"] = "@@"
     p = tmp_path / "nan.json"
     p.write_text(json.dumps(doc).replace('"@@"', constant))
     _expect_one_line(p)
 
 
-def test_a_number_with_absurdly_many_digits(tmp_path: Path, good: dict[str, Any]) -> None:
-    doc = copy.deepcopy(good)
+def test_a_number_with_absurdly_many_digits(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good_bundle)
     doc["frames"][0]["seq"] = "@@"
     p = tmp_path / "digits.json"
     p.write_text(json.dumps(doc).replace('"@@"', "9" * 50_000))
@@ -185,9 +138,9 @@ def test_a_number_with_absurdly_many_digits(tmp_path: Path, good: dict[str, Any]
     ],
 )
 def test_wrong_types_and_values(
-    tmp_path: Path, good: dict[str, Any], where: tuple[Any, ...], value: Any, fragment: str
+    tmp_path: Path, good_bundle: dict[str, Any], where: tuple[Any, ...], value: Any, fragment: str
 ) -> None:
-    doc = copy.deepcopy(good)
+    doc = copy.deepcopy(good_bundle)
     node = doc
     for key in where[:-1]:
         node = node[key]
@@ -195,19 +148,19 @@ def test_wrong_types_and_values(
     _expect_one_line(_write(tmp_path, doc), fragment)
 
 
-def test_missing_fields(tmp_path: Path, good: dict[str, Any]) -> None:
-    doc = copy.deepcopy(good)
+def test_missing_fields(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
+    doc = copy.deepcopy(good_bundle)
     del doc["frames"][0]["host"]
     _expect_one_line(_write(tmp_path, doc), "frame 0", "missing field 'host'")
-    doc = copy.deepcopy(good)
+    doc = copy.deepcopy(good_bundle)
     del doc["processes"][0]["comm"]
     _expect_one_line(_write(tmp_path, doc), "process table", "comm")
 
 
-def test_absurd_numbers_of_items(tmp_path: Path, good: dict[str, Any]) -> None:
-    doc = dict(good, frames=[good["frames"][0]] * (MAX_FRAMES + 1))
+def test_absurd_numbers_of_items(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
+    doc = dict(good_bundle, frames=[good_bundle["frames"][0]] * (MAX_FRAMES + 1))
     _expect_one_line(_write(tmp_path, doc, separators=(",", ":")), f"limit {MAX_FRAMES}")
-    doc = dict(good, meta={"x": [0] * (MAX_LIST_ITEMS + 1)})
+    doc = dict(good_bundle, meta={"x": [0] * (MAX_LIST_ITEMS + 1)})
     _expect_one_line(_write(tmp_path, doc, separators=(",", ":")), f"limit {MAX_LIST_ITEMS}")
 
 
@@ -262,8 +215,10 @@ _FUZZ = settings(
 
 @_FUZZ
 @given(data=st.data())
-def test_fuzz_byte_mutations(fuzz_dir: Path, good: dict[str, Any], data: st.DataObject) -> None:
-    raw = bytearray(json.dumps(good).encode())
+def test_fuzz_byte_mutations(
+    fuzz_dir: Path, good_bundle: dict[str, Any], data: st.DataObject
+) -> None:
+    raw = bytearray(json.dumps(good_bundle).encode())
     for _ in range(data.draw(st.integers(1, 6))):
         op = data.draw(st.sampled_from(["flip", "cut", "insert", "delete"]))
         pos = data.draw(st.integers(0, max(0, len(raw) - 1)))
@@ -306,9 +261,9 @@ def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]
 @_FUZZ
 @given(data=st.data())
 def test_fuzz_structure_replacements(
-    fuzz_dir: Path, good: dict[str, Any], data: st.DataObject
+    fuzz_dir: Path, good_bundle: dict[str, Any], data: st.DataObject
 ) -> None:
-    doc = copy.deepcopy(good)
+    doc = copy.deepcopy(good_bundle)
     for _ in range(data.draw(st.integers(1, 3))):
         paths = [p for p in _paths(doc) if p]
         if not paths:
@@ -340,13 +295,13 @@ def test_fuzz_random_documents_with_the_schema(fuzz_dir: Path, doc: dict[str, An
 
 @pytest.mark.parametrize("kind", ["truncated", "wrong-version", "fifo", "huge"])
 def test_replay_of_a_bad_file_is_one_line_and_exit_2(
-    tmp_path: Path, good: dict[str, Any], kind: str
+    tmp_path: Path, good_bundle: dict[str, Any], kind: str
 ) -> None:
     p = tmp_path / f"{kind}.json"
     if kind == "truncated":
-        p.write_text(json.dumps(good)[:500])
+        p.write_text(json.dumps(good_bundle)[:500])
     elif kind == "wrong-version":
-        p.write_text(json.dumps(dict(good, schema="gputop.snapshot/9")))
+        p.write_text(json.dumps(dict(good_bundle, schema="gputop.snapshot/9")))
     elif kind == "fifo":
         os.mkfifo(p)
     else:
