@@ -1,5 +1,5 @@
-"""Exporter conventions for fleets: dcgm-exporter's label names, --host-label, the verdict
-with the GPU labels, node-exporter's textfile mode (atomic, same metrics, no port)."""
+"""Exporter conventions for fleets, for real: node-exporter's textfile mode (atomic, the same
+metrics as HTTP, no port) and a textfile directory that does not exist."""
 
 from __future__ import annotations
 
@@ -16,38 +16,8 @@ from pathlib import Path
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputop.export import GPU_LABELS, TEXTFILE_NAME, FrameCollector
-from tests.exportutil import FRAME, scrape_collector
+from gputop.export import TEXTFILE_NAME
 from tests.harness import ROOT
-
-# dcgm-exporter's labels on every DCGM_* series (its own metric listing).
-DCGM_GPU_LABELS = {"gpu", "UUID", "modelName", "Hostname"}
-
-
-def test_gpu_series_use_dcgm_exporters_label_names_verdict_included() -> None:
-    fams = scrape_collector(FRAME)
-    assert set(GPU_LABELS) == DCGM_GPU_LABELS
-    gpu_families = [n for n in fams if n.startswith("gputop_gpu_")]
-    for name in [*gpu_families, "gputop_verdict"]:
-        for s in fams[name]:
-            assert DCGM_GPU_LABELS <= set(s.labels), (name, s.labels)
-    starving = [s for s in fams["gputop_verdict"] if s.value == 1.0 and s.labels["gpu"] == "0"]
-    util = next(s for s in fams["gputop_gpu_utilization_percent"] if s.labels["gpu"] == "0")
-    # The same GPU labels: the verdict joins the other GPU series one to one.
-    assert {k: starving[0].labels[k] for k in GPU_LABELS} == {k: util.labels[k] for k in GPU_LABELS}
-
-
-def test_host_label_names_every_series() -> None:
-    collector = FrameCollector("node-7")
-    collector.update(FRAME)
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)
-    text = generate_latest(reg).decode()
-    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
-    assert samples
-    assert {s.labels.get("Hostname") for s in samples} == {"node-7"}
 
 
 def _export(*args: str) -> subprocess.Popen[str]:
