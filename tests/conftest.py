@@ -18,7 +18,8 @@ import pytest
 from gputop.snapshot import write_bundle
 from tests.bundles import small_frames
 from tests.exportutil import exporting
-from tests.harness import PY, Posted, run_gputop
+from tests.harness import PY, run_gputop
+from tests.pilotutil import Posted
 
 
 @pytest.fixture

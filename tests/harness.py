@@ -1,8 +1,8 @@
-"""Running this checkout's gputop as a subprocess, and recording what a Pilot run posted.
+"""Running this checkout's gputop as a subprocess.
 
 ``gputop_cmd`` is the argv, ``run_gputop`` runs it to the end and ``start_gputop``
 leaves it running; both use this checkout (``ROOT`` as the working directory and
-first on PYTHONPATH) and text pipes. ``Posted`` is the ``message_hook`` of a Pilot run.
+first on PYTHONPATH) and text pipes. ``user_config`` writes a config file for them.
 """
 
 from __future__ import annotations
@@ -12,12 +12,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
-
-from textual.message import Message
-from textual.notifications import Notify
-
-M = TypeVar("M", bound=Message)
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -74,27 +69,8 @@ def start_gputop(
     )
 
 
-class Posted(list[Message]):
-    """Every message a Pilot run dispatched: pass ``posted`` as ``run_test(message_hook=...)``.
-
-    A bubbling message is dispatched at each node it reaches (screen, then app):
-    it is recorded once.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # Every recorded message stays referenced by the list, so its id stays unique.
-        self._seen: set[int] = set()
-
-    def __call__(self, message: Message) -> None:
-        if id(message) not in self._seen:
-            self._seen.add(id(message))
-            self.append(message)
-
-    def of(self, kind: type[M]) -> list[M]:
-        """The dispatched messages of one kind, in order."""
-        return [m for m in self if isinstance(m, kind)]
-
-    def notes(self) -> list[str]:
-        """The texts of the notifications (toasts) the app raised."""
-        return [n.notification.message for n in self.of(Notify)]
+def user_config(tmp_path: Path, text: str) -> dict[str, str]:
+    """``text`` as the config file under ``tmp_path``; the environment that makes gputop read it."""
+    (tmp_path / "gputop").mkdir(exist_ok=True)
+    (tmp_path / "gputop" / "config.toml").write_text(text)
+    return {"XDG_CONFIG_HOME": str(tmp_path)}

@@ -19,10 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gputop.export import FrameCollector
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.cgroup import ContainerTagger, cgroup_path, identity_from_path
-
-CID = "4f1c" + "0123456789abcdef" * 3 + "0a1b2c3d4e5f"
-POD_UID = "8d1b6f2e-3c4a-4b5d-9e6f-0a1b2c3d4e5f"
-POD_UID_ = POD_UID.replace("-", "_")
+from tests.cgrouputil import CID, LAYOUTS, POD_UID
 
 
 def _cgroup2_root() -> str | None:
@@ -38,24 +35,6 @@ ROOT2 = _cgroup2_root()
 needs_cgroups = pytest.mark.skipif(
     os.geteuid() != 0 or ROOT2 is None, reason="needs root and a cgroup v2 hierarchy"
 )
-
-# How each runtime names the cgroup of one container, relative to the test's parent.
-LAYOUTS = {
-    "docker-systemd": (f"system.slice/docker-{CID}.scope", "docker", None),
-    "docker-cgroupfs": (f"docker/{CID}", "docker", None),
-    "kubelet-containerd-systemd": (
-        "kubepods.slice/kubepods-burstable.slice/"
-        f"kubepods-burstable-pod{POD_UID_}.slice/cri-containerd-{CID}.scope",
-        "containerd",
-        POD_UID,
-    ),
-    "kubelet-crio-systemd": (
-        f"kubepods.slice/kubepods-pod{POD_UID_}.slice/crio-{CID}.scope",
-        "cri-o",
-        POD_UID,
-    ),
-    "kubelet-cgroupfs": (f"kubepods/besteffort/pod{POD_UID}/{CID}", None, POD_UID),
-}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

@@ -13,7 +13,7 @@ import pytest
 from gputop import __version__
 from gputop.model.frame import Frame
 from tests.contract import check_frame
-from tests.harness import ROOT, gputop_cmd, gputop_env, run_gputop
+from tests.harness import ROOT, gputop_cmd, gputop_env, run_gputop, user_config
 from tests.procutil import HOG, kill_all, spawn_python
 
 
@@ -143,18 +143,12 @@ def test_import_linter_contract_holds():
     assert "KEPT" in r.stdout
 
 
-def _config(tmp_path: Path, text: str) -> dict[str, str]:
-    (tmp_path / "gputop").mkdir(exist_ok=True)
-    (tmp_path / "gputop" / "config.toml").write_text(text)
-    return {"XDG_CONFIG_HOME": str(tmp_path)}
-
-
 def test_config_file_sets_interval_and_thresholds_and_the_command_line_wins(tmp_path, monkeypatch):
     from gputop.cli import build_parser, options_from
     from gputop.config import load_config
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    _config(tmp_path, "interval = 2.0\n[thresholds]\nsm_low_pct = 30\n")
+    user_config(tmp_path, "interval = 2.0\n[thresholds]\nsm_low_pct = 30\n")
     config = load_config()
     opts = options_from(build_parser().parse_args(["record"]), config)
     assert opts.interval_s == 2.0 and opts.thresholds.sm_low_pct == 30.0
@@ -163,7 +157,7 @@ def test_config_file_sets_interval_and_thresholds_and_the_command_line_wins(tmp_
 
 
 def test_headless_record_uses_the_config_interval(tmp_path):
-    env = _config(tmp_path, "interval = 0.2\n")
+    env = user_config(tmp_path, "interval = 0.2\n")
     r = run_gputop("record", "--duration", "0.6", "--no-bpf", env=gputop_env(**env))
     assert r.returncode == 0, r.stderr
     frames = [json.loads(x) for x in r.stdout.splitlines()]
@@ -174,7 +168,7 @@ def test_headless_record_uses_the_config_interval(tmp_path):
     "text", ["interval = [", "[thresholds]\nsm_low_pct = 'low'\n", "[thresholds]\nnope = 1\n"]
 )
 def test_bad_config_is_one_line_and_exit_2_for_every_command(tmp_path, text):
-    env = _config(tmp_path, text)
+    env = user_config(tmp_path, text)
     for args in (["record", "--duration", "0.2"], ["snapshot", "--duration", "0.2"]):
         r = run_gputop(*args, env=gputop_env(**env))
         assert r.returncode == 2, r.stderr

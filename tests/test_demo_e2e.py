@@ -1,9 +1,8 @@
-"""End to end: `gputop record --demo NAME` runs the real workload and reaches its verdict,
+"""End to end: `gputop record_demo --demo NAME` runs the real workload and reaches its verdict,
 and nothing the demo started survives gputop's exit, Ctrl-C, SIGTERM, SIGHUP or SIGKILL."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,19 +13,11 @@ import pytest
 
 from gputop.demo import SCENARIOS
 from gputop.demo.source import DemoGpuSource
-from tests.harness import run_gputop, start_gputop
+from tests.harness import start_gputop
+from tests.procutil import descendants, proc_comm, proc_stat, survivors
+from tests.recordutil import record_demo
 
 TICKS_TO_VERDICT = 5
-
-
-def record(name: str, interval: float, duration: float) -> list[dict[str, Any]]:
-    r = run_gputop(
-        *("record", "--demo", name, "--interval", str(interval), "--duration", str(duration)),
-        "--no-bpf",
-        timeout=duration + 60,
-    )
-    assert r.returncode == 0, r.stderr
-    return [json.loads(line) for line in r.stdout.splitlines()]
 
 
 def summary(frames: list[dict[str, Any]]) -> str:
@@ -49,7 +40,7 @@ def summary(frames: list[dict[str, Any]]) -> str:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
     expected = SCENARIOS[name].expect
-    frames = record(name, interval=0.5, duration=3.5)
+    frames = record_demo(name, interval=0.5, duration=3.5)
     states = [f["verdicts"][0]["state"] for f in frames]
     assert expected in states[:TICKS_TO_VERDICT], summary(frames)
     assert states[-1] == expected, summary(frames)
@@ -71,8 +62,8 @@ def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
 
 def test_contention_really_lowers_sm_activity_against_healthy() -> None:
     """Same GPU model, real CPU hogs: the modelled SM activity falls because real steps slow."""
-    healthy = record("healthy", 0.5, 2.0)[-1]
-    contended = record("cpu-contention", 0.5, 2.0)[-1]
+    healthy = record_demo("healthy", 0.5, 2.0)[-1]
+    contended = record_demo("cpu-contention", 0.5, 2.0)[-1]
     assert contended["gpus"][0]["sm_active"] < 0.5 * healthy["gpus"][0]["sm_active"]
     assert contended["gpus"][0]["util"] > 60
     hogs = [p for p in contended["processes"] if p["comm"] == "cpu_hog"]
@@ -80,7 +71,7 @@ def test_contention_really_lowers_sm_activity_against_healthy() -> None:
 
 
 def test_healthy_never_raises_a_problem_verdict_over_60_ticks() -> None:
-    frames = record("healthy", interval=0.2, duration=12.0)
+    frames = record_demo("healthy", interval=0.2, duration=12.0)
     assert len(frames) >= 55
     states = [f["verdicts"][0]["state"] for f in frames]
     assert set(states[2:]) == {"ok"}, states
@@ -88,51 +79,6 @@ def test_healthy_never_raises_a_problem_verdict_over_60_ticks() -> None:
 
 
 # ---- no process left behind -------------------------------------------------------
-
-
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(ppid, state, start time) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    rest = raw[raw.rindex(b")") + 2 :].split()
-    return int(rest[1]), rest[0].decode(), int(rest[19])
-
-
-def descendants(root: int) -> dict[int, int]:
-    """Every live descendant of ``root``: pid -> start time."""
-    parent: dict[int, int] = {}
-    start: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None and st[1] != "Z":
-                parent[int(name)], start[int(name)] = st[0], st[2]
-    out: dict[int, int] = {}
-    frontier = [root]
-    while frontier:
-        cur = frontier.pop()
-        for pid, ppid in parent.items():
-            if ppid == cur and pid not in out:
-                out[pid] = start[pid]
-                frontier.append(pid)
-    return out
-
-
-def survivors(procs: dict[int, int], wait_s: float = 5.0) -> list[int]:
-    """Processes in ``procs`` still alive (not a zombie, same start time) after ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = []
-        for pid, started in procs.items():
-            st = _stat(pid)
-            if st is not None and st[1] != "Z" and st[2] == started:
-                alive.append(pid)
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
 
 
 def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
@@ -160,7 +106,7 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
         first = proc.stdout.readline()
         assert first, proc.stderr.read() if proc.stderr else ""
         tree = descendants(proc.pid)
-        comms = {_comm(pid) for pid in tree}
+        comms = {proc_comm(pid) for pid in tree}
         assert {"gputop-demo", "demo_trainer", "pt_data_worker"} <= comms, comms
         if SCENARIOS[name].hogs_per_cpu:
             assert "cpu_hog" in comms
@@ -180,14 +126,6 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
             proc.wait()
 
 
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
-
-
 def test_source_reports_the_workload_trainer_as_the_gpu_process_and_closes_cleanly() -> None:
     src = DemoGpuSource(SCENARIOS["healthy"])
     src.open()
@@ -197,8 +135,8 @@ def test_source_reports_the_workload_trainer_as_the_gpu_process_and_closes_clean
         time.sleep(0.3)
         reading = src.read()
         (gp,) = reading.processes
-        assert _comm(gp.pid) == "demo_trainer"
-        assert _stat(gp.pid) is not None and _stat(gp.pid)[0] == launcher  # type: ignore[index]
+        assert proc_comm(gp.pid) == "demo_trainer"
+        assert proc_stat(gp.pid) is not None and proc_stat(gp.pid)[0] == launcher  # type: ignore[index]
         assert reading.gpus[0].util is not None and reading.gpus[0].util > 60
         tree = descendants(os.getpid())
     finally:

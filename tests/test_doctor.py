@@ -33,13 +33,11 @@ from gputop.sources.sched_probe import (
     Unavailable,
     kernel_headers_present,
 )
+from tests.doctorutil import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, row, run_doctor
 from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
-from tests.harness import PY, ROOT, run_gputop
+from tests.harness import PY, ROOT
 
 RELEASE = "6.1.0-99-amd64"
-CAP_SYS_ADMIN = 21
-CAP_PERFMON = 38
-CAP_BPF = 39
 # bcc's fallback; where this kernel has it, "no headers" cannot be staged.
 _KHEADERS = os.path.exists("/sys/kernel/kheaders.tar.xz")
 
@@ -234,13 +232,13 @@ def test_doctor_with_fake_nvml_lists_versions_and_gpm_per_gpu(tmp_path: Path) ->
             FakeGpu(name="NVIDIA A100-SXM4-80GB", arch=ARCH_AMPERE, gpm=False),
         ],
     )
-    r = _doctor([], fake.env())
+    r = run_doctor([], fake.env())
     assert r.returncode == 0, r.stderr
-    nvml = _row(r.stdout, "NVML library + driver")
+    nvml = row(r.stdout, "NVML library + driver")
     assert " ok " in nvml
     assert "driver 550.54.15, NVML 12.550.54.15, CUDA 12.4; 2 GPUs" in nvml
-    assert " ok " in _row(r.stdout, "GPM SM activity, GPU 0")
-    gpu1 = _row(r.stdout, "GPM SM activity, GPU 1")
+    assert " ok " in row(r.stdout, "GPM SM activity, GPU 0")
+    gpu1 = row(r.stdout, "GPM SM activity, GPU 1")
     assert " NO " in gpu1 and "NVIDIA A100-SXM4-80GB" in gpu1
     lines = r.stdout.splitlines()
     assert "fix: GPM needs a Hopper or newer" in lines[lines.index(gpu1) + 1]
@@ -249,9 +247,9 @@ def test_doctor_with_fake_nvml_lists_versions_and_gpm_per_gpu(tmp_path: Path) ->
 
 def test_doctor_with_the_driver_not_loaded(tmp_path: Path) -> None:
     fake = FakeNvml(tmp_path, [FakeGpu()], init_error=DRIVER_NOT_LOADED)
-    r = _doctor([], fake.env())
+    r = run_doctor([], fake.env())
     assert r.returncode == 0, r.stderr
-    nvml = _row(r.stdout, "NVML library + driver")
+    nvml = row(r.stdout, "NVML library + driver")
     assert " NO " in nvml
     facts = _probe_in(fake.env())
     assert facts["reason"] in nvml
@@ -332,9 +330,9 @@ def test_a_probe_that_fails_to_load_gives_the_reason_without_the_status_line_wor
 @pytest.mark.root
 @needs_bpf
 def test_doctor_reports_the_attached_probe_and_exact_scheduler_signals() -> None:
-    r = _doctor([])
+    r = run_doctor([])
     assert r.returncode == 0, r.stderr
-    assert " ok " in _row(r.stdout, "eBPF probe")
+    assert " ok " in row(r.stdout, "eBPF probe")
     assert "scheduler signals: eBPF probe" in r.stdout
 
 
@@ -357,36 +355,21 @@ def test_report_is_aligned_and_puts_fixes_under_their_check() -> None:
     assert "1 of 2 checks pass." in text
 
 
-def _doctor(
-    cmd_prefix: list[str], env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return run_gputop(
-        "doctor",
-        prefix=tuple(cmd_prefix),
-        timeout=120,
-        env={**(os.environ if env is None else env), "COLUMNS": "200"},
-    )
-
-
-def _row(out: str, name: str) -> str:
-    return next(line for line in out.splitlines() if line.strip().startswith(name))
-
-
 def test_doctor_on_this_machine() -> None:
-    r = _doctor([])
+    r = run_doctor([])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     for name in ("NVML", "privileges", "tracefs", "eBPF loader", "schedstat", "PSI", "py-spy"):
-        assert _row(r.stdout, name)
-    loader = _row(r.stdout, "eBPF loader")
+        assert row(r.stdout, name)
+    loader = row(r.stdout, "eBPF loader")
     if " ok  libbpf:" in loader:
         # The object built ahead of time needs neither: their rows are not shown.
         assert not any(line.strip().startswith("bcc (eBPF)") for line in r.stdout.splitlines())
         return
     bcc_works = os.path.exists("/usr/lib/python3/dist-packages/bcc/__init__.py")
-    assert (" ok " in _row(r.stdout, "bcc (eBPF)")) is bcc_works
+    assert (" ok " in row(r.stdout, "bcc (eBPF)")) is bcc_works
     headers = kernel_headers_present(os.uname().release) is not None
-    assert (" ok " in _row(r.stdout, "kernel headers")) is headers
+    assert (" ok " in row(r.stdout, "kernel headers")) is headers
 
 
 @pytest.mark.root
@@ -402,12 +385,12 @@ def test_doctor_without_bcc_and_headers_loads_the_object_built_ahead_of_time() -
         "mount -t tmpfs none /usr/lib/python3/dist-packages/bcc 2>/dev/null; "
         'mount -t tmpfs none /lib/modules && exec "$0" "$@"'
     )
-    r = _doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
+    r = run_doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
     assert r.returncode == 0, r.stderr
-    loader = _row(r.stdout, "eBPF loader")
+    loader = row(r.stdout, "eBPF loader")
     assert " ok  libbpf: the kernel has BTF" in loader, loader
     assert "bcc fallback unavailable" in " ".join(r.stdout.split())
-    assert " ok  loaded with libbpf" in _row(r.stdout, "eBPF probe")
+    assert " ok  loaded with libbpf" in row(r.stdout, "eBPF probe")
     assert "scheduler signals: eBPF probe" in r.stdout
 
 
@@ -422,20 +405,20 @@ def test_doctor_without_btf_bcc_and_headers() -> None:
         "mount -t tmpfs none /sys/kernel/btf 2>/dev/null; "
         'mount -t tmpfs none /lib/modules && exec "$0" "$@"'
     )
-    r = _doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
+    r = run_doctor(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide])
     assert r.returncode == 0, r.stderr
-    loader = _row(r.stdout, "eBPF loader")
+    loader = row(r.stdout, "eBPF loader")
     assert " NO  the kernel has no BTF" in loader, loader
-    bcc = _row(r.stdout, "bcc (eBPF)")
+    bcc = row(r.stdout, "bcc (eBPF)")
     assert " NO " in bcc and "not installed" in bcc
-    headers = _row(r.stdout, "kernel headers")
+    headers = row(r.stdout, "kernel headers")
     assert " NO " in headers and f"no /lib/modules/{os.uname().release}/build" in headers
     lines = r.stdout.splitlines()
     bcc_fix = lines[lines.index(bcc) + 1].strip()
     assert bcc_fix.startswith("fix: apt-get install python3-bpfcc")
     headers_fix = lines[lines.index(headers) + 1].strip()
     assert headers_fix.startswith(f"fix: apt-get install linux-headers-{os.uname().release}")
-    assert "not tried: fix the eBPF checks above first" in _row(r.stdout, "eBPF probe")
+    assert "not tried: fix the eBPF checks above first" in row(r.stdout, "eBPF probe")
     assert "CONFIG_DEBUG_INFO_BTF" in r.stdout
     assert "scheduler signals: /proc estimates" in r.stdout
     assert "is inferred, not measured: fix the eBPF checks above to measure it" in " ".join(

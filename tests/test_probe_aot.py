@@ -24,7 +24,6 @@ from gputop.model import probe_abi
 from gputop.sources.bpf_build import (
     OBJECT_NAME,
     compile_object,
-    find_clang,
     inputs_sha256,
     object_inputs_sha256,
     stale_inputs,
@@ -33,12 +32,10 @@ from gputop.sources.bpf_build import (
 from gputop.sources.bpf_syscall import loaded_program_ids
 from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach, kernel_btf_problem, load
 from gputop.sources.sched_probe import MAP_TYPES, BpfSchedProbe, plan_loader
+from tests.bpfutil import BPF, CLANG, needs_clang
 from tests.harness import ROOT
 
-BPF = ROOT / "bpf"
-CLANG = find_clang()
 IS_ROOT = os.geteuid() == 0
-needs_clang = pytest.mark.skipif(CLANG is None, reason="needs clang (scripts/install-and-test.sh)")
 needs_root_btf = pytest.mark.skipif(
     not IS_ROOT or kernel_btf_problem() is not None, reason="needs root and a kernel with BTF"
 )

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gputop.sampler import HostPass
-from tests.procutil import HOG, kernel_counters, kill_all, spawn_python
+from tests.procutil import HOG, find_proc, kernel_counters, kill_all, spawn_python
 
 
 @pytest.fixture
@@ -20,10 +20,6 @@ def contended_victim():
     time.sleep(0.3)
     yield procs[0]
     kill_all(procs)
-
-
-def _find(reading, pid):
-    return next(p for p in reading.processes if p.pid == pid)
 
 
 def test_preempted_victim_matches_kernel_counters(contended_victim):
@@ -43,7 +39,7 @@ def test_preempted_victim_matches_kernel_counters(contended_victim):
     k2 = kernel_counters(victim)
     os.kill(victim, signal.SIGCONT)
 
-    p = _find(r2, victim)
+    p = find_proc(r2, victim)
     d_invol = k2.invol - k1.invol
     d_vol = k2.vol - k1.vol
     assert d_invol > 10, "the victim was not preempted: the test set-up is broken"
@@ -65,7 +61,7 @@ def test_cpu_percent_of_a_busy_process_is_about_one_core():
         src.read(now=time.monotonic())
         time.sleep(1.0)
         r = src.read(now=time.monotonic())
-        hog = _find(r, p.pid)
+        hog = find_proc(r, p.pid)
         # One busy thread on a 2-core box shared with other work: clearly busy, never >1 core.
         assert 40.0 <= hog.cpu_pct <= 105.0
         assert r.host.ncpu == os.cpu_count()
@@ -91,7 +87,7 @@ def test_thread_counts_are_summed_over_all_threads():
         r = src.read(now=1.0, gpu_pids=[p.pid])
         k = kernel_counters(p.pid)
         os.kill(p.pid, signal.SIGCONT)
-        proc = _find(r, p.pid)
+        proc = find_proc(r, p.pid)
         assert proc.nthreads == 4
         assert len(proc.threads) == 4
         assert proc.vcsw_total == k.vol

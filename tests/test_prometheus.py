@@ -20,11 +20,8 @@ from typing import Any
 import pytest
 
 from tests.harness import ROOT
+from tests.promutil import DASHBOARD, DOC, RULE_TESTS, RULES, dashboard_queries, doc_queries
 
-RULES = ROOT / "deploy" / "prometheus" / "gputop-rules.yml"
-RULE_TESTS = ROOT / "deploy" / "prometheus" / "gputop-rules.test.yml"
-DASHBOARD = ROOT / "deploy" / "grafana" / "gputop-dashboard.json"
-DOC = ROOT / "docs" / "prometheus.md"
 PROMTOOL = shutil.which("promtool")
 PROMETHEUS = shutil.which("prometheus")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (apt prometheus)")
@@ -46,19 +43,6 @@ def _alerts() -> list[str]:
 
 def _records() -> list[str]:
     return re.findall(r"^\s*- record: (\S+)", RULES.read_text(), re.M)
-
-
-def doc_queries() -> list[str]:
-    """Each line of each ```promql block of docs/prometheus.md."""
-    out = []
-    for block in re.findall(r"```promql\n(.*?)```", DOC.read_text(), re.S):
-        out += [q.strip() for q in block.splitlines() if q.strip() and not q.startswith("#")]
-    return out
-
-
-def dashboard_queries() -> list[str]:
-    dash = json.loads(DASHBOARD.read_text())
-    return [t["expr"] for p in dash["panels"] for t in p["targets"]]
 
 
 def _concrete(query: str) -> str:

@@ -8,18 +8,9 @@ from pathlib import Path
 from gputop.app import GputopApp, ReplayFeed, _replay_feed
 from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
-from gputop.widgets.verdict_panel import VerdictPanel
 from tests.frames_fixture import make_frames
 from tests.harness import run_gputop
-
-
-async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
-    """The banner's state and the whole screen as SVG, once the last frame is shown."""
-    async with app.run_test(size=size) as pilot:
-        # Twice: the first pause lets the mount render, the second the refreshes it scheduled.
-        await pilot.pause()
-        await pilot.pause()
-        return app.query_one(VerdictPanel).state, app.export_screenshot()
+from tests.pilotutil import screen_of
 
 
 async def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path: Path) -> None:

@@ -20,6 +20,12 @@ import pytest
 
 from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
 from tests.harness import ROOT, gputop_cmd, gputop_env
+from tests.recordutil import (
+    probe_settled,
+    procfs_with_note,
+    record_frames,
+    record_until,
+)
 
 IS_ROOT = os.geteuid() == 0
 BCC_WHY = find_bcc()[1]
@@ -29,70 +35,6 @@ needs_root_bcc = pytest.mark.skipif(
     reason="needs root and bcc" if BCC_WHY is None else f"bcc unavailable: {BCC_WHY}",
 )
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root to change user or mounts")
-
-
-def _frames(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
-
-
-def _record(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> list[dict[str, Any]]:
-    r = subprocess.run(
-        argv, capture_output=True, text=True, timeout=60, env=env or gputop_env(), cwd=ROOT, **kw
-    )
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr, r.stderr
-    return _frames(r.stdout)
-
-
-def _record_until(
-    argv: list[str], done: Callable[[dict[str, Any]], bool], env: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
-    """`gputop record` frames up to the first one ``done`` accepts (and two more), then SIGTERM.
-
-    The probe compiles in a child at nice 19, which on a busy machine takes a while
-    (that is the point: it only uses idle CPU), so tests wait for it, not for a clock.
-    """
-    p = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env or gputop_env(),
-        cwd=ROOT,
-    )
-    frames: list[dict[str, Any]] = []
-    try:
-        assert p.stdout is not None
-        deadline = time.monotonic() + 150
-        extra = None
-        while time.monotonic() < deadline and (extra is None or extra > 0):
-            ready, _, _ = select.select([p.stdout], [], [], 1.0)
-            if not ready:
-                continue
-            line = p.stdout.readline()
-            if not line:
-                break
-            frames.append(json.loads(line))
-            if extra is not None:
-                extra -= 1
-            elif done(frames[-1]):
-                extra = 2
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert "Traceback" not in err, err
-    return frames
-
-
-def _sched_note(frame: dict[str, Any]) -> str:
-    return next((n for n in frame["sources"]["notes"] if n.startswith("sched:")), "")
-
-
-def _probe_settled(frame: dict[str, Any]) -> bool:
-    return frame["sources"]["sched"] == "bpf" or "compiling" not in _sched_note(frame)
 
 
 @pytest.mark.root
@@ -108,7 +50,7 @@ def test_record_as_root_switches_to_bpf_after_compiling():
         ]
     )
     try:
-        frames = _record_until(gputop_cmd("record", "--interval", "0.5"), _probe_settled)
+        frames = record_until(gputop_cmd("record", "--interval", "0.5"), probe_settled)
     finally:
         busy.kill()
         busy.wait()
@@ -122,22 +64,12 @@ def test_record_as_root_switches_to_bpf_after_compiling():
 
 
 def test_no_bpf_forces_procfs():
-    frames = _record(gputop_cmd("record", "--duration", "1", "--interval", "0.5", "--no-bpf"))
+    frames = record_frames(gputop_cmd("record", "--duration", "1", "--interval", "0.5", "--no-bpf"))
     assert frames
     for f in frames:
         assert f["sources"]["sched"] == "procfs"
         assert any("--no-bpf" in n for n in f["sources"]["notes"])
         assert all(p.get("blocked_pct") is None for p in f["processes"])
-
-
-def _procfs_with_note(frames: list[dict[str, Any]], *words: str) -> None:
-    assert frames
-    for f in frames:
-        assert f["sources"]["sched"] == "procfs"
-    notes = [n for n in frames[-1]["sources"]["notes"] if n.startswith("sched:")]
-    assert notes, frames[-1]["sources"]
-    for w in words:
-        assert w in notes[0], notes[0]
 
 
 BCC_DIR = os.path.join(DISTRO_DIRS[0], "bcc")
@@ -170,7 +102,7 @@ def test_without_btf_or_bcc_falls_back_to_procfs_with_both_fixes():
     if not os.path.isdir(BCC_DIR):
         pytest.skip("bcc is not installed here at all")
     frames = _record_hiding(BCC_DIR, BTF_DIR)
-    _procfs_with_note(frames, "no BTF", "CONFIG_DEBUG_INFO_BTF", "not installed", "python3-bpfcc")
+    procfs_with_note(frames, "no BTF", "CONFIG_DEBUG_INFO_BTF", "not installed", "python3-bpfcc")
 
 
 def _record_hiding(
@@ -179,8 +111,8 @@ def _record_hiding(
     """`gputop record` in a private mount namespace where these directories are empty."""
     mounts = " && ".join(["true", *(f"mount -t tmpfs none {p}" for p in paths if os.path.isdir(p))])
     script = f"{mounts} && exec " + " ".join(gputop_cmd("record", "--interval", "0.5"))
-    return _record_until(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script], _probe_settled
+    return record_until(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script], probe_settled
     )
 
 
@@ -200,7 +132,7 @@ def test_without_btf_bcc_compiles_the_probe_and_goes_live():
 @needs_unshare
 def test_without_btf_or_kernel_headers_falls_back_to_procfs_with_the_fix():
     frames = _record_hiding("/lib/modules", BTF_DIR)
-    _procfs_with_note(frames, "no BTF", "no kernel headers", "linux-headers-")
+    procfs_with_note(frames, "no BTF", "no kernel headers", "linux-headers-")
 
 
 @pytest.mark.root
@@ -209,7 +141,7 @@ def test_without_btf_or_kernel_headers_falls_back_to_procfs_with_the_fix():
 def test_without_tracefs_falls_back_to_procfs_with_the_fix():
     hide = [d for d in ("/sys/kernel/tracing", "/sys/kernel/debug") if os.path.isdir(d)]
     frames = _record_hiding(*hide)
-    _procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
+    procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
 
 
 @pytest.mark.root
@@ -219,12 +151,12 @@ def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
     # check, and the compile itself then fails (nothing may reach stdout).
     (tmp_path / "include" / "linux").mkdir(parents=True)
     (tmp_path / "include" / "linux" / "kconfig.h").write_text("#error not a kernel tree\n")
-    frames = _record_until(
+    frames = record_until(
         gputop_cmd("record", "--interval", "0.5"),
-        _probe_settled,
+        probe_settled,
         env=gputop_env(BCC_KERNEL_SOURCE=str(tmp_path), GPUTOP_BPF_LOADER="bcc"),
     )
-    _procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
+    procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
 
 
 def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
@@ -232,12 +164,12 @@ def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
     fake = tmp_path / "bcc"
     fake.mkdir()
     (fake / "__init__.py").write_text("VERSION = '0.0'\n")
-    frames = _record_until(
+    frames = record_until(
         gputop_cmd("record", "--interval", "0.5"),
-        _probe_settled,
+        probe_settled,
         env=gputop_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", GPUTOP_BPF_LOADER="bcc"),
     )
-    _procfs_with_note(frames, "not BPF Compiler Collection")
+    procfs_with_note(frames, "not BPF Compiler Collection")
 
 
 @pytest.mark.root
@@ -246,7 +178,7 @@ def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
 def test_without_bpf_capabilities_falls_back_to_procfs_with_the_fix():
     # Still uid 0 (so it can run this venv's Python), but an empty capability
     # bounding set: the exec'd process has no CAP_BPF, CAP_PERFMON or CAP_SYS_ADMIN.
-    frames = _record(
+    frames = record_frames(
         [
             "setpriv",
             "--bounding-set=-all",
@@ -254,7 +186,7 @@ def test_without_bpf_capabilities_falls_back_to_procfs_with_the_fix():
             *gputop_cmd("record", "--duration", "1.5", "--interval", "0.5"),
         ]
     )
-    _procfs_with_note(frames, "needs root", "CAP_BPF", "fix: run gputop with sudo")
+    procfs_with_note(frames, "needs root", "CAP_BPF", "fix: run gputop with sudo")
 
 
 _SYS_BPF = 321  # x86_64

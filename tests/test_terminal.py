@@ -8,17 +8,12 @@ other work on the machine may have probes of its own attached meanwhile.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import shutil
 import signal
-import struct
 import subprocess
 import sys
-import termios
-import threading
 import time
 
 import psutil
@@ -27,6 +22,7 @@ import pytest
 from gputop.sources.bcc_loader import find_bcc
 from tests.bpfutil import held_by_anyone, held_prog_ids
 from tests.harness import ROOT
+from tests.ptyutil import FIRST_FRAME, PtyGputop, catches_sigterm
 
 IS_ROOT = os.geteuid() == 0
 BPFTOOL = shutil.which("bpftool") or next(
@@ -41,70 +37,6 @@ needs_probe = pytest.mark.skipif(
     not IS_ROOT or find_bcc()[1] is not None or BPFTOOL is None,
     reason="needs root, bcc and bpftool",
 )
-FIRST_FRAME = b"sched:"  # the status line names the sources once a frame has arrived
-
-
-class PtyGputop:
-    """gputop on the slave side of a real pseudo-terminal (120x40); everything it draws is kept."""
-
-    def __init__(self, *args: str, **env_extra: str) -> None:
-        master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", **env_extra)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gputop", *args],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-        os.close(slave)
-        self.master = master
-        self.out = bytearray()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.out.extend(chunk)
-
-    def wait_for(self, cond: object, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if callable(cond) and cond():
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"gputop exited early: {self.text()[-2000:]}")
-            time.sleep(0.01)
-        # A failed test must not leave gputop running (drawing to a pty nobody reads).
-        self.proc.kill()
-        self.proc.wait()
-        raise AssertionError(f"timed out; screen so far: {self.text()[-2000:]}")
-
-    def drawn(self, mark: bytes) -> bool:
-        return mark in self.out
-
-    def finish(self, timeout_s: float = 30.0) -> int:
-        try:
-            rc = self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"gputop did not exit; screen: {self.text()[-2000:]}") from None
-        self._reader.join(timeout=5)
-        os.close(self.master)
-        return rc
-
-    def text(self) -> str:
-        return self.out.decode(errors="replace")
 
 
 def _probe_progs() -> set[int]:
@@ -112,21 +44,6 @@ def _probe_progs() -> set[int]:
     assert BPFTOOL is not None
     r = subprocess.run([BPFTOOL, "-j", "prog", "show"], capture_output=True, text=True, check=True)
     return {p["id"] for p in json.loads(r.stdout or "[]") if p.get("name") in PROBE_PROGS}
-
-
-def _catches_sigterm(pid: int) -> bool:
-    """gputop's own code runs: its SIGTERM handler is installed (SigCgt in /proc/PID/status).
-
-    Before that the interpreter itself is starting, and a signal takes its default action.
-    """
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
-    except OSError:
-        pass
-    return False
 
 
 def _compilers(pid: int) -> list[psutil.Process]:
@@ -155,7 +72,7 @@ def _quit_by_signal(moment: str, sig: signal.Signals) -> None:
     seen: set[int] = set()
     if moment == "start-up":
         # gputop's first line ran; the app, the sampler and the probe are still to come
-        g.wait_for(lambda: _catches_sigterm(pid))
+        g.wait_for(lambda: catches_sigterm(pid))
     elif moment == "probe-compile":
         # the compile-and-attach child runs; no program has reached gputop yet
         g.wait_for(lambda: bool(_compilers(pid)))
@@ -194,7 +111,7 @@ def test_exit_signal_at_any_moment_exits_with_its_status_and_leaves_no_probe(
 @pytest.mark.parametrize("delay_s", [0.0, 0.3, 1.0])
 def test_exit_signal_during_start_up_without_the_probe(delay_s: float, sig: signal.Signals) -> None:
     g = PtyGputop("--no-bpf", "--demo", "healthy")
-    g.wait_for(lambda: _catches_sigterm(g.proc.pid))
+    g.wait_for(lambda: catches_sigterm(g.proc.pid))
     time.sleep(delay_s)
     g.proc.send_signal(sig)
     rc = g.finish()

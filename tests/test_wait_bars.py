@@ -7,27 +7,11 @@ from dataclasses import replace
 import pytest
 
 from gputop.app import GputopApp, ReplayFeed
-from gputop.model.frame import Frame, ProcessSample
+from gputop.model.frame import Frame
 from gputop.model.waits import wait_split
 from gputop.screens.process import ProcessScreen, wait_lines
 from gputop.widgets.wait_bars import TrainerWaitBars, bar_cells
-from tests.frames_fixture import STARVING_TRAINER_PID, make_frames
-
-
-def _unmeasured(frames: list[Frame]) -> list[Frame]:
-    """The same frames as /proc alone would give them: no wait split, no preemptors."""
-
-    def strip(p: ProcessSample) -> ProcessSample:
-        return replace(
-            p,
-            wait_input_pct=None,
-            wait_thread_pct=None,
-            wait_irq_pct=None,
-            wait_other_pct=None,
-            preemptors=None,
-        )
-
-    return [replace(f, processes=tuple(strip(p) for p in f.processes)) for f in frames]
+from tests.frames_fixture import STARVING_TRAINER_PID, make_frames, unmeasured
 
 
 async def _bar_text(frames: list[Frame], size: tuple[int, int]) -> str:
@@ -60,7 +44,7 @@ async def test_measured_bar_shows_the_five_parts_with_numbers_at_any_size(
 
 
 async def test_bar_under_proc_shows_blocked_unsplit_and_says_the_split_needs_ebpf() -> None:
-    text = await _bar_text(_unmeasured(make_frames(20)), (80, 24))
+    text = await _bar_text(unmeasured(make_frames(20)), (80, 24))
     first = text.splitlines()[0]
     assert "blocked" in first and "input" not in first and "gpu/irq" not in first
     assert "(split needs eBPF)" in first
@@ -95,7 +79,7 @@ async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None
 
 
 def test_wait_lines_under_proc_say_what_needs_ebpf() -> None:
-    p = next(q for q in _unmeasured(make_frames(3))[-1].processes if q.pid == STARVING_TRAINER_PID)
+    p = next(q for q in unmeasured(make_frames(3))[-1].processes if q.pid == STARVING_TRAINER_PID)
     lines = wait_lines(p)
     assert lines[0].startswith("last interval: on-CPU") and "blocked" in lines[0]
     assert "what it waits on (input, GPU, ...) needs the eBPF probe" in lines

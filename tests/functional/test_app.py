@@ -31,7 +31,7 @@ from tests.frames_fixture import (
     make_frame,
     make_frames,
 )
-from tests.harness import Posted
+from tests.pilotutil import Posted
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 

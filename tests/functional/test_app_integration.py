@@ -11,7 +11,7 @@ from gputop.config import Config
 from gputop.messages import SnapshotFailed, SnapshotSaved
 from gputop.widgets.verdict_panel import VerdictPanel
 from tests.frames_fixture import make_frames
-from tests.harness import Posted
+from tests.pilotutil import Posted
 
 
 async def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(
