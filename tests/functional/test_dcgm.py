@@ -16,13 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.dcgm import DcgmFill, DcgmReader, parse_metrics
+from gputop.sources.dcgm import DcgmFill, DcgmReader
 from gputop.sources.nvml import NvmlSource
 from tests.dcgmutil import dcgm_page
 from tests.fakenvml import ARCH_AMPERE, FakeGpu, FakeNvml, fake_uuid
 from tests.harness import ROOT
-
-BLANK = 9223372036854775794  # what DCGM prints for a field it could not fill
 
 
 class DcgmServer:
@@ -104,25 +102,6 @@ def _until(src: DcgmFill, cond: object, timeout_s: float = 20.0) -> tuple:  # ty
             return gpus
         assert time.monotonic() < deadline, (gpus, src.status)
         time.sleep(0.12)
-
-
-def test_parse_reads_ratios_as_percent_blank_as_none_and_skips_mig_instances() -> None:
-    page = dcgm_page(
-        {
-            "GPU-a": {
-                "DCGM_FI_PROF_SM_ACTIVE": 0.42,
-                "DCGM_FI_PROF_SM_OCCUPANCY": 0.3,
-                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": BLANK,
-                "DCGM_FI_DEV_GPU_UTIL": 97,
-            },
-            "GPU-b": {"DCGM_FI_DEV_GPU_UTIL": 50},
-        }
-    )
-    page += (
-        'DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a",GPU_I_ID="3",GPU_I_PROFILE="1g.10gb"} 0.9\n'
-    )
-    got = parse_metrics(page)
-    assert got == {"GPU-a": {"sm_active": 42.0, "sm_occupancy": 30.0, "tensor_active": None}}
 
 
 def test_dcgm_fills_sm_activity_where_gpm_is_missing_and_gpm_stays_first(

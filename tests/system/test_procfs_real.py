@@ -1,4 +1,5 @@
-"""ProcSource against real processes and the kernel's own counters."""
+"""ProcSource against real CPU hogs and the kernel's own counters: a preempted victim, and
+the CPU percent of a busy process."""
 
 from __future__ import annotations
 
@@ -66,31 +67,5 @@ def test_cpu_percent_of_a_busy_process_is_about_one_core():
         assert 40.0 <= hog.cpu_pct <= 105.0
         assert r.host.ncpu == os.cpu_count()
         assert r.host.cpu_pct > 0
-    finally:
-        kill_all([p])
-
-
-def test_thread_counts_are_summed_over_all_threads():
-    code = (
-        "import threading, time\n"
-        "def spin():\n"
-        "    while True: time.sleep(0.001)\n"
-        "for _ in range(3): threading.Thread(target=spin, daemon=True).start()\n"
-        "spin()\n"
-    )
-    p = spawn_python(code)
-    try:
-        time.sleep(0.5)
-        src = HostPass(top_n=200)
-        os.kill(p.pid, signal.SIGSTOP)
-        time.sleep(0.05)
-        r = src.read(now=1.0, gpu_pids=[p.pid])
-        k = kernel_counters(p.pid)
-        os.kill(p.pid, signal.SIGCONT)
-        proc = find_proc(r, p.pid)
-        assert proc.nthreads == 4
-        assert len(proc.threads) == 4
-        assert proc.vcsw_total == k.vol
-        assert k.vol > 100, "four sleeping threads must switch voluntarily"
     finally:
         kill_all([p])

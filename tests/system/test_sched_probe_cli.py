@@ -1,4 +1,5 @@
-"""The probe through the command line: live as root, the fallbacks, and detaching on SIGTERM."""
+"""The probe through the command line as root: live after compiling, the fallbacks when
+bcc, headers, BTF, tracefs or capabilities are missing, and detaching on SIGTERM."""
 
 from __future__ import annotations
 
@@ -20,12 +21,7 @@ import pytest
 
 from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
 from tests.harness import ROOT, gputop_cmd, gputop_env
-from tests.recordutil import (
-    probe_settled,
-    procfs_with_note,
-    record_frames,
-    record_until,
-)
+from tests.recordutil import probe_settled, procfs_with_note, record_frames, record_until
 
 IS_ROOT = os.geteuid() == 0
 BCC_WHY = find_bcc()[1]
@@ -61,15 +57,6 @@ def test_record_as_root_switches_to_bpf_after_compiling():
     first = frames.index(bpf[0])
     assert all(f["sources"]["sched"] == "bpf" for f in frames[first:])
     assert any(p.get("blocked_pct") is not None for f in bpf for p in f["processes"])
-
-
-def test_no_bpf_forces_procfs():
-    frames = record_frames(gputop_cmd("record", "--duration", "1", "--interval", "0.5", "--no-bpf"))
-    assert frames
-    for f in frames:
-        assert f["sources"]["sched"] == "procfs"
-        assert any("--no-bpf" in n for n in f["sources"]["notes"])
-        assert all(p.get("blocked_pct") is None for p in f["processes"])
 
 
 BCC_DIR = os.path.join(DISTRO_DIRS[0], "bcc")
@@ -157,19 +144,6 @@ def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
         env=gputop_env(BCC_KERNEL_SOURCE=str(tmp_path), GPUTOP_BPF_LOADER="bcc"),
     )
     procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
-
-
-def test_an_unrelated_bcc_package_is_refused(tmp_path: Path):
-    # PyPI's "bcc" is another library; the loader must not mistake it for BPF tooling.
-    fake = tmp_path / "bcc"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("VERSION = '0.0'\n")
-    frames = record_until(
-        gputop_cmd("record", "--interval", "0.5"),
-        probe_settled,
-        env=gputop_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", GPUTOP_BPF_LOADER="bcc"),
-    )
-    procfs_with_note(frames, "not BPF Compiler Collection")
 
 
 @pytest.mark.root

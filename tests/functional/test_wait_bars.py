@@ -1,16 +1,14 @@
-"""The per-trainer time bar on the main screen and the split in the drill-down."""
+"""The per-trainer time bar on the main screen and the split in the drill-down (Pilot)."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 
 from gputop.app import GputopApp, ReplayFeed
 from gputop.model.frame import Frame
 from gputop.model.waits import wait_split
-from gputop.screens.process import ProcessScreen, wait_lines
-from gputop.widgets.wait_bars import TrainerWaitBars, bar_cells
+from gputop.screens.process import ProcessScreen
+from gputop.widgets.wait_bars import TrainerWaitBars
 from tests.frames_fixture import STARVING_TRAINER_PID, make_frames, unmeasured
 
 
@@ -50,19 +48,6 @@ async def test_bar_under_proc_shows_blocked_unsplit_and_says_the_split_needs_ebp
     assert "(split needs eBPF)" in first
 
 
-def test_bar_cells_fill_the_width_exactly_in_order() -> None:
-    frame = make_frames(5)[-1]
-    for p in frame.processes:
-        split = wait_split(p)
-        if split is None:
-            continue
-        for width in (10, 33, 57):
-            runs = bar_cells(split, width)
-            assert sum(n for _, n in runs) == width
-            keys = [k for k, _ in runs]
-            assert keys == [s.key for s in split.segments if s.key in keys]
-
-
 async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None:
     app = GputopApp(ReplayFeed(make_frames(30)))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -76,32 +61,6 @@ async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None
         assert "preempted by (share of its lost CPU time):" in waits
         assert "48%  pid 5000 job0" in waits and "31%  pid 5007 job1" in waits
         assert waits.startswith("last interval: ■ on-CPU 50%, ■ CPU wait 28%, ■ input wait 15%")
-
-
-def test_wait_lines_under_proc_say_what_needs_ebpf() -> None:
-    p = next(q for q in unmeasured(make_frames(3))[-1].processes if q.pid == STARVING_TRAINER_PID)
-    lines = wait_lines(p)
-    assert lines[0].startswith("last interval: on-CPU") and "blocked" in lines[0]
-    assert "what it waits on (input, GPU, ...) needs the eBPF probe" in lines
-    assert "preempted by: needs the eBPF probe" in lines
-
-
-def test_a_frame_carrying_earlier_blocked_time_is_scaled_into_its_blocked_share() -> None:
-    p = replace(
-        make_frames(1)[0].processes[0],
-        offcpu_pct=40.0,
-        runq_pct=10.0,
-        wait_input_pct=45.0,
-        wait_irq_pct=15.0,
-        wait_thread_pct=0.0,
-        wait_other_pct=0.0,
-    )
-    split = wait_split(p)
-    assert split is not None
-    assert [round(s.pct, 1) for s in split.segments] == [60.0, 10.0, 22.5, 7.5, 0.0]
-    still_asleep = replace(p, wait_input_pct=5.0, wait_irq_pct=0.0)
-    split = wait_split(still_asleep)
-    assert split is not None and split.pct("other") == 25.0
 
 
 async def test_narrow_terminal_uses_short_names_and_the_bars_line_up() -> None:
