@@ -563,7 +563,8 @@ def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
         tr = max((p for p in trainers if p.measured), key=lambda p: p.host_wait_pct or 0.0)
     else:
         tr = max(trainers, key=lambda p: p.offcpu_pct or 0.0)
-    trainer_starved = (tr.runq_pct or 0.0) >= t.runq_high_pct
+    # Waiting for a CPU inside CUDA synchronization is waiting for the GPU (precedence).
+    trainer_starved = (tr.runq_pct or 0.0) - (tr.gpu_sync_runq_pct or 0.0) >= t.runq_high_pct
     workers_starved = wk is not None and (wk.runq_pct or 0.0) >= t.runq_high_pct
     if measured:
         waits = (tr.host_wait_pct or 0.0) >= t.host_wait_pct

@@ -40,6 +40,11 @@ class Proc:
     wait_thread: float | None = None
     wait_other: float | None = None
     preemptors: tuple[Preemptor, ...] | None = None
+    # The measured data and GPU waits (eBPF; the GPU's with libcuda probed).
+    runq_after_input: float | None = None
+    sync: float | None = None
+    spin: float | None = None
+    sync_runq: float | None = None
 
 
 def trainer(pid: int = TRAINER, gpu: int = 0, **kw: float | None) -> Proc:
@@ -137,6 +142,10 @@ def frame(t: float, case: Case, interval: float = 1.0) -> Frame:
                 wait_thread_pct=p.wait_thread,
                 wait_other_pct=None if p.wait_input is None else (p.wait_other or 0.0),
                 preemptors=p.preemptors,
+                runq_after_input_pct=p.runq_after_input,
+                gpu_sync_pct=p.sync,
+                gpu_sync_spin_pct=p.spin,
+                gpu_sync_runq_pct=p.sync_runq,
             )
             for p in case.procs
         ),
@@ -683,3 +692,55 @@ def test_the_window_restarts_when_the_probe_takes_over_and_the_verdict_does_not_
     states = [v[0].state for v in run([inferred] * 5 + [measured] * 4)]
     assert states[2:5] == ["busy_but_starving"] * 3
     assert states[5:] == ["busy_but_starving"] * 2 + ["low_sm_efficiency"] * 2
+
+
+# ---- the measured GPU wait (CUDA synchronization) --------------------------------------
+
+# A trainer spinning in cuStreamSynchronize on a contended host: 25% run queue, of which
+# 20 points while inside the call, and 40% of its time on a CPU spinning there.
+SPINNING = dict(cpu=60.0, off=40.0, runq=25.0, wait_input=2.0, wait_irq=0.0)
+
+
+def test_run_queue_inside_cuda_sync_is_the_gpus_wait_not_the_hosts() -> None:
+    measured = trainer(**SPINNING, runq_after_input=0.0, sync=70.0, spin=40.0, sync_runq=20.0)
+    v = settled(Case(Gpu(util=97, sm=12), (measured,)))
+    text = "\n".join(v.evidence)
+    assert v.state == "low_sm_efficiency", v
+    assert (
+        f"trainer pid {TRAINER} waited for the GPU 70% (inside CUDA synchronization, spinning"
+        " on a CPU 40%; measured)" in text
+    )
+    assert "waited for batches 2% and for a CPU 5%" in text
+    # The same loop without the CUDA measurement: its run queue reads as the host's.
+    inferred = trainer(**SPINNING)
+    assert settled(Case(Gpu(util=97, sm=12), (inferred,))).state == "busy_but_starving"
+
+
+def test_the_data_wait_includes_the_run_queue_after_the_batch_arrived() -> None:
+    t = trainer(cpu=40.0, off=60.0, runq=8.0, wait_input=15.0, runq_after_input=6.0)
+    t = Proc(**{**t.__dict__, "wait_irq": 30.0})
+    v = settled(Case(Gpu(util=97, sm=12), (t, *workers(2, cpu=60.0, runq=2.0))))
+    text = "\n".join(v.evidence)
+    assert v.state == "input_bound", v
+    assert f"trainer pid {TRAINER} waited for batches 21% of the last 4 s and for a CPU 2%" in text
+
+
+def test_a_trainer_without_workers_that_loads_its_batches_is_input_bound_with_the_reason() -> None:
+    # num_workers=0: on a CPU 75% outside CUDA synchronization, waiting for the GPU 20%.
+    loader = trainer(cpu=75.0, off=25.0, runq=2.0, wait_input=0.0, sync=20.0, spin=0.0)
+    v = settled(Case(Gpu(util=97, sm=20), (loader,)))
+    text = "\n".join(v.evidence)
+    assert v.state == "input_bound", v
+    assert (
+        f"trainer pid {TRAINER} loads its own batches (no DataLoader workers): on a CPU 75%"
+        " of the last 4 s outside CUDA synchronization" in text
+    )
+    assert "waited for batches 0%" not in text
+    assert any(f.startswith("use DataLoader(num_workers=N)") for f in v.fixes)
+
+
+def test_a_trainer_spinning_for_its_gpu_without_workers_is_not_called_a_loader() -> None:
+    # On a CPU 90%, but 80 points of it spinning inside synchronization: not loading.
+    spinner = trainer(cpu=90.0, off=10.0, runq=1.0, wait_input=0.0, sync=85.0, spin=80.0)
+    v = settled(Case(Gpu(util=97, sm=20), (spinner,)))
+    assert v.state == "low_sm_efficiency", v

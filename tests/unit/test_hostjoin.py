@@ -208,3 +208,22 @@ def test_gpu_use_reaches_the_row_and_makes_a_trainer() -> None:
     got = j.join(s, choice, {TRAINER: detail(thread(TRAINER))}, {TRAINER: use}, None)
     (row,) = got.processes
     assert (row.role, row.gpus, row.gpu_mem_mib, row.gpu_sm_pct) == ("trainer", (0, 1), 1500, 40.0)
+
+
+def test_gpu_sync_is_null_unless_the_processs_cuda_library_was_probed() -> None:
+    main = TaskSched(sync_ns=600 * MS, sync_oncpu_ns=100 * MS, sync_runq_ns=50 * MS)
+    probe = ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main, WORKER: main})
+    probed = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={},
+        per_tid={TRAINER: main, WORKER: TaskSched()},
+        cuda_tgids=frozenset({TRAINER, WORKER}),
+    )
+    _, got = tick(HostJoin(), job(), probe)
+    t = {p.pid: p for p in got.processes}[TRAINER]
+    assert t.gpu_sync_pct is None and t.runq_after_input_pct == 0.0, "measured, 0"
+    _, got = tick(HostJoin(), job(), probed)
+    rows = {p.pid: p for p in got.processes}
+    t = rows[TRAINER]
+    assert (t.gpu_sync_pct, t.gpu_sync_spin_pct, t.gpu_sync_runq_pct) == (60.0, 10.0, 5.0)
+    assert rows[WORKER].gpu_sync_pct == 0.0, "probed and never waited: a measured 0"

@@ -235,3 +235,44 @@ def test_other_process_wakers_are_deltas_with_the_woken_stretch_in_progress() ->
 
 def test_the_wake_classes_index_the_kernels_array() -> None:
     assert len(ThreadT().wait_ns) == WAKE_CLASSES
+
+
+def test_time_inside_cuda_sync_is_the_gpus_in_every_state_and_not_in_another_class() -> None:
+    from gputop.model.probe_abi import WAKE_SYNC
+
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nvcsw=1, in_ts=900 * MS)}), ())
+    # Entered a synchronize call at 1100 while on a CPU, spun 100 ms, blocked from 1200;
+    # still blocked (inside the call) at the read: no pending, all of it the GPU's.
+    t = thread(10, nvcsw=2, oncpu_ns=300 * MS, sync_oncpu_ns=100 * MS, out_ts=1200 * MS)
+    t.sync_depth, t.sync_since = 1, 1100 * MS
+    r = acc.update(rows(2000, {10: t}), ())
+    d = r.per_tid[10]
+    assert d.sync_ns == 900 * MS
+    assert d.sync_oncpu_ns == 100 * MS
+    assert d.wait_sync_ns == 800 * MS and d.wait_pending_ns == 0 and d.wait_irq_ns == 0
+    # It returned at 2300 (the kernel booked the blocked part as WAKE_SYNC).
+    done = thread(
+        10,
+        nvcsw=2,
+        oncpu_ns=300 * MS,
+        blocked_ns=1100 * MS,
+        wait_ns={WAKE_SYNC: 1100 * MS},
+        sync_ns=1200 * MS,
+        sync_oncpu_ns=100 * MS,
+        in_ts=2300 * MS,
+    )
+    r = acc.update(rows(3000, {10: done}), ())
+    d = r.per_tid[10]
+    assert d.sync_ns == 300 * MS and d.wait_sync_ns == 300 * MS
+    assert d.oncpu_ns == 700 * MS and d.sync_oncpu_ns == 0
+
+
+def test_the_run_queue_after_an_input_wakeup_is_kept_apart() -> None:
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nvcsw=1)}), ())
+    # Blocked since 1200, woken by its worker at 1500, still waiting for a CPU at 2000.
+    t = thread(10, nvcsw=2, out_ts=1200 * MS, wake_ts=1500 * MS, wake_class=WAKE_INPUT)
+    d = acc.update(rows(2000, {10: t}), ()).per_tid[10]
+    assert d.wait_input_ns == 300 * MS and d.runq_ns == 500 * MS
+    assert d.runq_after_input_ns == 500 * MS

@@ -48,3 +48,44 @@ def test_a_frame_carrying_earlier_blocked_time_is_scaled_into_its_blocked_share(
     still_asleep = replace(p, wait_input_pct=5.0, wait_irq_pct=0.0)
     split = wait_split(still_asleep)
     assert split is not None and split.pct("other") == 25.0
+
+
+def test_with_the_gpu_wait_measured_time_in_sync_is_the_gpus_whatever_the_state() -> None:
+    # 40% on a CPU of which 25 spinning in sync; 20% run queue of which 5 in sync and 5
+    # right after a batch; 40% blocked: 20 in sync, 10 waiting for input, 10 interrupt.
+    p = replace(
+        make_frames(1)[0].processes[0],
+        offcpu_pct=60.0,
+        runq_pct=20.0,
+        wait_input_pct=10.0,
+        wait_irq_pct=10.0,
+        wait_thread_pct=0.0,
+        wait_other_pct=0.0,
+        runq_after_input_pct=5.0,
+        gpu_sync_pct=50.0,
+        gpu_sync_spin_pct=25.0,
+        gpu_sync_runq_pct=5.0,
+    )
+    split = wait_split(p)
+    assert split is not None and split.measured
+    got = {s.key: round(s.pct, 1) for s in split.segments}
+    assert got == {"cpu": 15.0, "runq": 10.0, "input": 15.0, "gpu": 50.0, "other": 10.0}
+    assert sum(got.values()) == 100.0
+
+
+def test_without_the_gpu_measured_interrupt_wakeups_stand_in_for_it() -> None:
+    p = replace(
+        make_frames(1)[0].processes[0],
+        offcpu_pct=60.0,
+        runq_pct=20.0,
+        wait_input_pct=10.0,
+        wait_irq_pct=25.0,
+        wait_thread_pct=0.0,
+        wait_other_pct=0.0,
+        runq_after_input_pct=5.0,
+    )
+    split = wait_split(p)
+    assert split is not None
+    got = {s.key: round(s.pct, 1) for s in split.segments}
+    assert got == {"cpu": 40.0, "runq": 15.0, "input": 15.0, "irq": 25.0, "other": 5.0}
+    assert "gpu" not in got
