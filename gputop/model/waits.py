@@ -35,9 +35,9 @@ class Segment:
 LABELS = {
     "cpu": "on-CPU",
     "runq": "CPU wait",
-    "input": "input wait",
+    "input": "waiting for batches",
     "gpu": "GPU wait",
-    "irq": "GPU/irq wait",
+    "irq": "GPU/irq wait (inferred)",
     "other": "other",
     "blocked": "blocked",
 }

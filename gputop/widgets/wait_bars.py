@@ -24,7 +24,7 @@ GLYPHS = {
 SHORT = {
     "cpu": "cpu",
     "runq": "cpu-wait",
-    "input": "input",
+    "input": "batches",
     "irq": "gpu/irq",
     "gpu": "gpu",
     "other": "other",
@@ -35,7 +35,7 @@ COMPACT = {
     "cpu": "cpu",
     "runq": "wait",
     "input": "in",
-    "irq": "gpu",
+    "irq": "irq",
     "gpu": "gpu",
     "other": "oth",
     "blocked": "blk",
@@ -62,7 +62,7 @@ def bar_cells(split: WaitSplit, width: int) -> list[tuple[str, int]]:
 
 
 def legend(split: WaitSplit, names: dict[str, str] = SHORT) -> str:
-    """The numbers beside the bar: ``cpu 3 cpu-wait 10 input 32 gpu/irq 50 other 5``."""
+    """The numbers beside the bar: ``cpu 3 cpu-wait 10 batches 32 gpu 50 other 5``."""
     return " ".join(f"{names[s.key]} {s.pct:.0f}" for s in split.segments)
 
 

@@ -33,7 +33,7 @@ async def test_measured_bar_shows_the_five_parts_with_numbers_at_any_size(
     assert split is not None and split.measured
     assert first.startswith(f"{STARVING_TRAINER_PID} python3")
     for seg in split.segments:
-        key = {"cpu": "cpu", "runq": "cpu-wait", "input": "input", "irq": "gpu/irq"}.get(
+        key = {"cpu": "cpu", "runq": "cpu-wait", "input": "batches", "irq": "gpu/irq"}.get(
             seg.key, seg.key
         )
         assert f"{key} {seg.pct:.0f}" in first, first
@@ -60,7 +60,7 @@ async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None
         waits = str(screen.query_one("#waits").render())
         assert "preempted by (share of its lost CPU time):" in waits
         assert "48%  pid 5000 job0" in waits and "31%  pid 5007 job1" in waits
-        assert waits.startswith("last interval: ■ on-CPU 50%, ■ CPU wait 28%, ■ input wait 15%")
+        assert waits.startswith("last interval: ■ on-CPU 50%, ■ CPU wait 28%, ■ waiting for batches 15%")
 
 
 async def test_narrow_terminal_uses_short_names_and_the_bars_line_up() -> None:
