@@ -12,11 +12,14 @@
 #define WAKE_CLASSES 6
 #define HIST_SLOTS 40
 #define WAIT_SLOTS 4
+#define ACT_RAN 1
+#define ACT_EXEC 2
 #define ERR_THREAD_MAP_FULL 0
 #define ERR_GROUP_MAP_FULL 1
 #define ERR_NOT_PREV 2
 #define ERR_AUX_MAP_FULL 3
-#define ERROR_SLOTS 4
+#define ERR_ACTIVITY_FULL 4
+#define ERROR_SLOTS 5
 #define DEFAULT_MAX_THREADS 32768
 #define DEFAULT_MAX_TGIDS 8192
 #define DEFAULT_MAX_PIPELINE 4096
@@ -47,6 +50,8 @@ struct thread_t {
     u32 wait_slot;  // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
     u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
     u32 sync_depth;  // CUDA synchronization calls in progress (nested calls count once)
+    u32 active_ep;  // epoch + 1 in which its process was last marked in the activity map
+    u32 pad;
 };
 
 struct group_t {

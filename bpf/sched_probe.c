@@ -67,6 +67,13 @@ GT_ARRAY(irq_depth, struct irq_depth_t, MAX_CPU_SLOTS);
 GT_ARRAY(epoch, u32, 1);
 // Failed map updates, by ERR_* index.
 GT_ARRAY(errors, u64, ERROR_SLOTS);
+// Processes that ran (a thread left a CPU), exited or exec'd since user space last
+// drained the map (ACT_* flags): /proc is read for these only, an idle process costs
+// nothing. Marked at most once per thread per interval.
+GT_HASH(activity, u32, u8, MAX_TGIDS);
+// The task on each CPU since its last switch (its tid; 0: idle): a thread that runs
+// without ever switching is active too.
+GT_ARRAY(running, u32, MAX_CPU_SLOTS);
 
 static __always_inline u64 max_u64(u64 a, u64 b) {
     return a > b ? a : b;
@@ -122,6 +129,16 @@ static __always_inline void note_longest(u64 *ns, u32 *ep, u32 cur, u64 d) {
     } else if (d > ns[i]) {
         ns[i] = d;
     }
+}
+
+static __always_inline void mark_activity(u32 tgid, u8 flags) {
+    u8 *v = GT_LOOKUP(activity, &tgid);
+    if (v) {
+        *v |= flags;
+        return;
+    }
+    if (GT_UPDATE(activity, &tgid, &flags) != 0)
+        count_error(ERR_ACTIVITY_FULL);
 }
 
 static __always_inline struct group_t *group_of(u32 tgid) {
@@ -284,11 +301,16 @@ GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
     long state = args->prev_state;
     u32 cur = current_epoch();
     struct thread_t *tn = next != 0 ? GT_LOOKUP(threads, &next) : NULL;
+    u32 cpu_id = bpf_get_smp_processor_id();
+    u32 *on_cpu = GT_LOOKUP(running, &cpu_id);
+    if (on_cpu)
+        *on_cpu = next;
 
     // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
     if (prev != 0) {
         if (state & DEAD_MASK) {
             // Its last switch: nothing after this can end an off-CPU stretch.
+            mark_activity(bpf_get_current_pid_tgid() >> 32, ACT_RAN);
             retire_thread(prev);
             GT_DELETE(exiting, &prev);
         } else {
@@ -302,9 +324,15 @@ GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
                     count_error(ERR_THREAD_MAP_FULL);
                 t = GT_LOOKUP(threads, &prev);
             }
+            if (!t)
+                mark_activity(id >> 32, ACT_RAN);
             if (t) {
                 // At sched_switch "current" is still prev: its tgid comes from the helper.
                 t->tgid = id >> 32;
+                if (t->active_ep != cur + 1) {
+                    t->active_ep = cur + 1;
+                    mark_activity(t->tgid, ACT_RAN);
+                }
                 if (t->in_ts != 0 && now > t->in_ts) {
                     t->oncpu_ns += now - t->in_ts;
                     if (t->sync_depth)
@@ -440,6 +468,12 @@ GT_TRACEPOINT(sched, sched_process_exit, trace_event_raw_sched_process_template)
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         GT_DELETE(groups, &tgid);
     }
+    return 1;
+}
+
+// exec replaces a process's name and command line: user space reads them again.
+GT_TRACEPOINT(sched, sched_process_exec, trace_event_raw_sched_process_exec) {
+    mark_activity(args->pid, ACT_EXEC | ACT_RAN);
     return 1;
 }
 

@@ -55,7 +55,10 @@ class HostPass:
     ) -> HostReading:
         """The host and every process worth showing, with the probe's numbers where it has them."""
         gpu_of = gpu_of or {}
-        scan = self.procs.scan(now)
+        if probe is None:
+            scan = self.procs.scan(now)
+        else:
+            scan = self.procs.scan(now, probe.active, probe.execd)
         choice = self.join.choose(scan, now, {*gpu_pids, *gpu_of}, self.procs.cmdline)
         details = self.procs.details(choice.detail, scan)
         return self.join.join(scan, choice, details, gpu_of, probe)

@@ -28,8 +28,9 @@ classifies that worker itself.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from gputop.model.frame import Preemptor, ProcessSample, Role, ThreadSample
 from gputop.model.readings import (
@@ -42,11 +43,12 @@ from gputop.model.readings import (
     ProcStat,
     TaskSched,
 )
-from gputop.model.roles import assign_roles, thread_role_from_comm
+from gputop.model.roles import assign_roles, process_role_from_comm, thread_role_from_comm
 
 # How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
 TRAINER_GRACE_S = 10.0
 MAX_PREEMPTORS = 5
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,8 @@ def input_pipeline(processes: Iterable[ProcessSample]) -> Pipeline:
                 watched.add(p.pid)  # a worker process, not a thread of its trainer
         elif p.role == "trainer":
             watched.add(p.pid)
-    return Pipeline(feeds, frozenset(watched))
+    tids = {t.tid for p in procs for t in p.threads} | {p.pid for p in procs}
+    return Pipeline(feeds, frozenset(watched), frozenset(tids))
 
 
 class HostJoin:
@@ -94,6 +97,7 @@ class HostJoin:
         self._trainers: dict[tuple[int, int], float] = {}
         self._thread_trainers: set[tuple[int, int]] = set()
         self._moved_to_input_ns: dict[tuple[int, int], int] = {}
+        self._workers: set[int] = set()
 
     # ---- 1. roles and rows --------------------------------------------------
 
@@ -107,26 +111,47 @@ class HostJoin:
         """Roles of every process and the rows worth showing (with their detail to read)."""
         stats = scan.procs
         gpu_set = {p for p in gpu_pids if p in stats}
+        self._index_workers(scan)
         roles = assign_roles(
-            {p: s.ppid for p, s in stats.items()},
-            {p: s.comm for p, s in stats.items()},
+            _Field(stats, lambda s: s.ppid),
+            _Field(stats, lambda s: s.comm),
             gpu_set,
             lambda p: cmdline_of(p, stats[p].start) if p in stats else "",
+            workers=self._workers,
         )
         self._keep_trainers(roles, stats, now)
         chosen = set(roles) | gpu_set
         # Once rates exist, idle processes are not "top CPU consumers": they would
-        # only pad the table.
+        # only pad the table. Only the busy ones are candidates (an idle process
+        # the probe knows did not run is not even looked at).
+        if scan.dt is None:
+            candidates: Iterable[int] = stats
+        else:
+            busy = scan.busy if scan.busy is not None else stats
+            candidates = (p for p in busy if p in stats and stats[p].cpu_pct > 0)
         chosen.update(
             heapq.nlargest(
                 self.top_n,
-                (p for p in stats if p not in chosen and (scan.dt is None or stats[p].cpu_pct > 0)),
+                (p for p in candidates if p not in chosen),
                 key=lambda p: stats[p].cpu_pct,
             )
         )
         job = {p for p, (role, _) in roles.items() if role != "other"}
         job |= {pid for pid, start in self._thread_trainers if pid in stats}
         return RowChoice(roles=roles, detail={p: p in job for p in chosen})
+
+    def _index_workers(self, scan: ProcScan) -> None:
+        """Keep the set of processes named as DataLoader workers, from what was read."""
+        stats = scan.procs
+        if scan.read is None:
+            self._workers = {p for p, s in stats.items() if process_role_from_comm(s.comm)}
+            return
+        for pid in scan.read:
+            st = stats.get(pid)
+            if st is not None and process_role_from_comm(st.comm):
+                self._workers.add(pid)
+            else:
+                self._workers.discard(pid)
 
     def _keep_trainers(
         self, roles: dict[int, tuple[Role, int | None]], stats: Mapping[int, ProcStat], now: float
@@ -189,8 +214,12 @@ class HostJoin:
             out = [_with_preemptors(p, probe, scan.procs) for p in out]
         out.sort(key=lambda p: p.pid)
         self._thread_trainers = thread_trainers
-        live = {(p, s.start) for p, s in scan.procs.items()}
-        self._moved_to_input_ns = {k: v for k, v in self._moved_to_input_ns.items() if k in live}
+        procs = scan.procs
+        self._moved_to_input_ns = {
+            k: v
+            for k, v in self._moved_to_input_ns.items()
+            if k[0] in procs and procs[k[0]].start == k[1]
+        }
         return HostReading(scan.host, tuple(out), len(scan.procs), input_pipeline(out))
 
     def _with_probe(
@@ -241,6 +270,28 @@ class HostJoin:
                 offcpu_hist=g.hist,
             )
         return replace(proc, **changes) if changes else proc  # type: ignore[arg-type]
+
+
+class _Field(Mapping[int, V]):
+    """One field of every process's stat line, as a mapping, without copying it out."""
+
+    __slots__ = ("_get", "_stats")
+
+    def __init__(self, stats: Mapping[int, ProcStat], get: Callable[[ProcStat], V]) -> None:
+        self._stats = stats
+        self._get = get
+
+    def __getitem__(self, pid: int) -> V:
+        return self._get(self._stats[pid])
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._stats
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._stats)
+
+    def __len__(self) -> int:
+        return len(self._stats)
 
 
 def _r2(v: float | None) -> float | None:

@@ -28,17 +28,23 @@ WAKE_CLASSES = 6
 HIST_SLOTS = 40  # log2 buckets of off-CPU stretches (ns): 2^39 ns is about 9 minutes
 WAIT_SLOTS = 4  # watched threads that can wait in one CPU's run queue at a time
 
+# Flags of the activity map: what a process did since user space last drained it.
+ACT_RAN = 1  # one of its threads left a CPU (ran), or it exited
+ACT_EXEC = 2  # it called exec: its name and command line changed
+
 # Indices of the errors map: failed map updates the probe counts.
 ERR_THREAD_MAP_FULL = 0
 ERR_GROUP_MAP_FULL = 1
 ERR_NOT_PREV = 2  # "current" was not sched_switch's prev (should never happen)
 ERR_AUX_MAP_FULL = 3  # the preemptor or waker map
-ERROR_SLOTS = 4
+ERR_ACTIVITY_FULL = 4  # the activity map: user space must scan /proc whole
+ERROR_SLOTS = 5
 ERROR_NAMES = (
     "thread map full",
     "process map full",
     "current was not the outgoing task",
     "preemptor map full",
+    "activity map full",
 )
 
 # Map bounds the object is built with; the loader resizes every map before loading.
@@ -59,10 +65,13 @@ CONSTANTS = (
     "WAKE_CLASSES",
     "HIST_SLOTS",
     "WAIT_SLOTS",
+    "ACT_RAN",
+    "ACT_EXEC",
     "ERR_THREAD_MAP_FULL",
     "ERR_GROUP_MAP_FULL",
     "ERR_NOT_PREV",
     "ERR_AUX_MAP_FULL",
+    "ERR_ACTIVITY_FULL",
     "ERROR_SLOTS",
     "DEFAULT_MAX_THREADS",
     "DEFAULT_MAX_TGIDS",
@@ -111,6 +120,8 @@ class ThreadT(AbiStruct):
         ("wait_slot", ctypes.c_uint32),
         ("waker_tgid", ctypes.c_uint32),
         ("sync_depth", ctypes.c_uint32),
+        ("active_ep", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
         "out_ts": "when it last left a CPU; 0 while on a CPU or unknown",
@@ -133,6 +144,7 @@ class ThreadT(AbiStruct):
         "sync_runq_ns": "of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_SYNC])",
         "runq_after_input_ns": "run-queue wait right after a wake-up by the input pipeline",
         "sync_depth": "CUDA synchronization calls in progress (nested calls count once)",
+        "active_ep": "epoch + 1 in which its process was last marked in the activity map",
     }
 
 

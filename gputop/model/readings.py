@@ -78,6 +78,10 @@ class ProbeReading:
     preemptors: dict[int, tuple[PreemptorTime, ...]] = field(default_factory=dict)
     # Processes whose CUDA driver library is probed (their sync time is measured, 0 included).
     cuda_tgids: frozenset[int] = frozenset()
+    # Processes that ran, exited or exec'd in the interval (or run now): the only ones
+    # /proc must read again. None: not known (every process must be read).
+    active: frozenset[int] | None = None
+    execd: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,10 @@ class ProcScan:
     host: HostSample
     procs: Mapping[int, ProcStat]
     dt: float | None  # seconds since the previous scan; None on the first
+    # The processes whose stat line was read this time (None: all of them), and the
+    # ones with a CPU share above 0: the rest did not run since the last scan.
+    read: frozenset[int] | None = None
+    busy: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +155,14 @@ class Pipeline:
     ``feeds``: a DataLoader worker process (tgid), thread worker or pin-memory
     thread (tid) -> the pid of the trainer it feeds. ``watched``: trainers and
     worker processes, the processes whose lost CPU time the diagnosis explains.
+    ``tids``: the threads of every process shown, whose kernel rows the probe
+    reads (an idle process nobody shows costs the probe nothing).
     """
 
     feeds: Mapping[int, int] = field(default_factory=dict)
     watched: frozenset[int] = frozenset()
+    # The threads of the rows shown: the probe reads their rows only (None: every row).
+    tids: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

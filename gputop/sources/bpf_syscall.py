@@ -56,6 +56,7 @@ BPF_PROG_GET_NEXT_ID = 11
 BPF_PROG_GET_FD_BY_ID = 13
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
+BPF_MAP_LOOKUP_AND_DELETE_BATCH = 25
 BPF_LINK_GET_NEXT_ID = 31
 
 BPF_ANY = 0
@@ -394,6 +395,7 @@ class BpfMap:
                     " in gputop's mirror of the C structs"
                 )
         self._batch_ok = True
+        self._pop_batch_ok = True
 
     def __getitem__(self, key: Any) -> Any:
         k = self._key(key)
@@ -439,6 +441,31 @@ class BpfMap:
                 self._batch_ok = False
         return list(self._items_one_by_one())
 
+    def pop_all(self) -> list[tuple[Any, Any]]:
+        """Every (key, value), each removed as it is read (a hash map drained atomically per
+        entry where the kernel can: an entry added meanwhile is kept for the next drain)."""
+        if self._pop_batch_ok:
+            try:
+                return self._items_batch(BPF_MAP_LOOKUP_AND_DELETE_BATCH)
+            except BpfError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP, errno.ENOSYS):
+                    raise
+                self._pop_batch_ok = False
+        out = self.items()
+        for k, _ in out:
+            try:
+                del self[k]
+            except KeyError:
+                pass
+        return out
+
+    def get(self, key: Any) -> Any:
+        """The value at ``key``, or None."""
+        try:
+            return self[key]
+        except KeyError:
+            return None
+
     def keys(self) -> list[Any]:
         """Every key now."""
         return [k for k, _ in self.items()]
@@ -447,7 +474,7 @@ class BpfMap:
         """Every value now."""
         return [v for _, v in self.items()]
 
-    def _items_batch(self) -> list[tuple[Any, Any]]:
+    def _items_batch(self, cmd: int = BPF_MAP_LOOKUP_BATCH) -> list[tuple[Any, Any]]:
         out: list[tuple[Any, Any]] = []
         n = min(max(1, self.max_entries), _BATCH_ENTRIES)
         # The resume token is a bucket index (u32) for hash maps, a key for arrays.
@@ -470,7 +497,7 @@ class BpfMap:
             )
             done = False
             try:
-                bpf(BPF_MAP_LOOKUP_BATCH, attr)
+                bpf(cmd, attr)
             except BpfError as exc:
                 if exc.errno == errno.ENOSPC and attr.count == 0:
                     # One hash bucket holds more entries than fit: retry bigger.

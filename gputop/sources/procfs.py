@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 
 from gputop.model.frame import HostSample, SourceStatus, ThreadSample
 from gputop.model.readings import ProcDetail, ProcScan, ProcStat
@@ -133,6 +133,10 @@ class ProcSource:
         self._cmdlines: dict[tuple[int, int], str] = {}
         self._users: dict[int, str] = {}
         self._cpu_prev: list[tuple[int, int]] | None = None
+        # Every process's last stat line (kept for those that did not run since), and
+        # those with a CPU share above 0 in the last scan.
+        self._stats: dict[int, ProcStat] = {}
+        self._busy: set[int] = set()
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
             self.root + "/1/schedstat"
@@ -234,53 +238,119 @@ class ProcSource:
             self._users[uid] = name
         return name
 
-    def scan(self, now: float) -> ProcScan:
-        """The first pass: the host and every process's stat line, with its CPU share."""
+    def scan(
+        self, now: float, active: Collection[int] | None = None, execd: Collection[int] = ()
+    ) -> ProcScan:
+        """The first pass: the host and every process's stat line, with its CPU share.
+
+        ``active`` (from the eBPF probe): the only processes that ran, exited or
+        exec'd since the last scan; the others are known not to have used a CPU,
+        so their last stat line stands (CPU share 0) and costs nothing. None: read
+        every process (no probe, the first scan, or the probe lost track).
+        ``execd``: processes whose command line changed.
+        """
         host = self.read_host()
         dt = None if self._last_t is None else max(1e-6, now - self._last_t)
         self._last_t = now
-        procs: dict[int, ProcStat] = {}
+        for pid in execd:
+            for key in [k for k in self._cmdlines if k[0] == pid]:
+                del self._cmdlines[key]
+        if active is None or not self._stats:
+            self._full_scan(dt)
+            read = None
+        else:
+            read = self._active_scan(dt, active)
+        return ProcScan(
+            host=host, procs=dict(self._stats), dt=dt, read=read, busy=frozenset(self._busy)
+        )
+
+    def _stat(self, st: _Stat, dt: float | None) -> ProcStat:
+        """A process's stat line as a ProcStat, its CPU share since its last read."""
+        key = (st.pid, st.start)
+        prev = self._prev.get(key)
+        cpu = 0.0
+        if prev is None:
+            self._prev[key] = _ProcPrev(st.ticks)
+        else:
+            if dt is not None:
+                cpu = max(0.0, 100.0 * (st.ticks - prev.ticks) / self.clk_tck / dt)
+            prev.ticks = st.ticks
+        return ProcStat(
+            pid=st.pid,
+            ppid=st.ppid,
+            comm=st.comm,
+            state=st.state,
+            start=st.start,
+            nthreads=st.nthreads,
+            kthread=st.kthread,
+            cpu_pct=cpu,
+        )
+
+    def _full_scan(self, dt: float | None) -> None:
         try:
             entries = os.listdir(self.root)
         except OSError:
             entries = []
         root = self.root
-        seen = set()
+        stats: dict[int, ProcStat] = {}
         for name in entries:
             if not name.isdigit():
                 continue
             raw = _read(f"{root}/{name}/stat")
-            if raw is None:
-                continue
-            st = parse_stat(raw)
-            if st is None:
-                continue
-            key = (st.pid, st.start)
-            seen.add(key)
-            prev = self._prev.get(key)
-            cpu = 0.0
-            if prev is None:
-                self._prev[key] = _ProcPrev(st.ticks)
-            else:
-                if dt is not None:
-                    cpu = max(0.0, 100.0 * (st.ticks - prev.ticks) / self.clk_tck / dt)
-                prev.ticks = st.ticks
-            procs[st.pid] = ProcStat(
-                pid=st.pid,
-                ppid=st.ppid,
-                comm=st.comm,
-                state=st.state,
-                start=st.start,
-                nthreads=st.nthreads,
-                kthread=st.kthread,
-                cpu_pct=cpu,
-            )
+            st = parse_stat(raw) if raw is not None else None
+            if st is not None:
+                stats[st.pid] = self._stat(st, dt)
+        self._stats = stats
+        self._busy = {p for p, s in stats.items() if s.cpu_pct > 0}
         # Forget processes that are gone; keep cheap per-process state for the rest.
+        seen = {(s.pid, s.start) for s in stats.values()}
         for key in [k for k in self._prev if k not in seen]:
             del self._prev[key]
         for key in [k for k in self._cmdlines if k not in seen]:
             del self._cmdlines[key]
-        return ProcScan(host=host, procs=procs, dt=dt)
+
+    def _active_scan(self, dt: float | None, active: Collection[int]) -> frozenset[int]:
+        """Read the active processes' stat lines only; the pids read (or found gone)."""
+        stats = self._stats
+        # Busy last time, idle now: their share drops to 0 without a read.
+        for pid in self._busy - set(active):
+            idle = stats.get(pid)
+            if idle is not None:
+                stats[pid] = replace(idle, cpu_pct=0.0)
+        busy = set()
+        read = set()
+        for pid in active:
+            raw = _read(f"{self.root}/{pid}/stat")
+            st = parse_stat(raw) if raw is not None else None
+            if st is None:
+                self._forget(pid)
+                read.add(pid)
+                continue
+            if pid not in stats and st.nthreads > 1:
+                # A thread the probe saw running: its process is the one to read.
+                tgid = _tgid(self.root, pid)
+                if tgid is not None and tgid != pid:
+                    if tgid in active or tgid in busy:
+                        continue
+                    raw = _read(f"{self.root}/{tgid}/stat")
+                    st = parse_stat(raw) if raw is not None else None
+                    if st is None:
+                        continue
+            old = stats.get(st.pid)
+            if old is not None and old.start != st.start:
+                self._forget(st.pid)  # a reused pid: another process
+            stats[st.pid] = self._stat(st, dt)
+            read.add(st.pid)
+            if stats[st.pid].cpu_pct > 0:
+                busy.add(st.pid)
+        self._busy = busy
+        return frozenset(read)
+
+    def _forget(self, pid: int) -> None:
+        st = self._stats.pop(pid, None)
+        if st is not None:
+            self._prev.pop((pid, st.start), None)
+            self._cmdlines.pop((pid, st.start), None)
 
     def details(self, wanted: Mapping[int, bool], scan: ProcScan) -> dict[int, ProcDetail]:
         """The second pass, for the chosen processes: their threads, switch totals and owner.
@@ -384,6 +454,20 @@ class _ThreadPass:
     d_invol: int = 0
     tot_vol: int = 0
     tot_invol: int = 0
+
+
+def _tgid(root: str, tid: int) -> int | None:
+    """The process a thread id belongs to (``Tgid:`` of its status file)."""
+    raw = _read(f"{root}/{tid}/status")
+    if raw is None:
+        return None
+    at = raw.find(b"\nTgid:")
+    if at < 0:
+        return None
+    try:
+        return int(raw[at + 6 : raw.index(b"\n", at + 6)])
+    except ValueError:
+        return None
 
 
 def _r2(v: float | None) -> float | None:

@@ -37,10 +37,12 @@ from typing import Any
 
 from gputop.model.frame import SourceStatus
 from gputop.model.probe_abi import (
+    ACT_EXEC,
     DEFAULT_MAX_PIPELINE,
     DEFAULT_MAX_PREEMPT,
     DEFAULT_MAX_TGIDS,
     DEFAULT_MAX_THREADS,
+    ERR_ACTIVITY_FULL,
     ERROR_NAMES,
     HIST_SLOTS,
     WAKE_INPUT,
@@ -149,6 +151,8 @@ MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
     "pipeline": (ctypes.c_uint32, ctypes.c_uint32),
     "watched": (ctypes.c_uint32, ctypes.c_uint8),
     "preempt": (PreemptKeyT, PreemptValT),
+    "activity": (ctypes.c_uint32, ctypes.c_uint8),
+    "running": (ctypes.c_int32, ctypes.c_uint32),
     "other_wakers": (WokeKeyT, WokeValT),
     "cpu_waiters": (ctypes.c_int32, WaitersT),
     "irq_depth": (ctypes.c_int32, IrqDepthT),
@@ -414,6 +418,9 @@ class BpfSchedProbe:
         self._last_ns: int | None = None
         self._primed = False
         self._intervals = SchedIntervals()
+        # The threads whose rows to read (the pipeline's); None: all of them.
+        self._want_tids: frozenset[int] | None = None
+        self._activity_errors = 0
         # The CUDA synchronization uprobes, once attached (see cuda_probe.py).
         self.cuda: CudaProbes | None = None
         # What user space asked for, and what is in the kernel maps.
@@ -501,6 +508,8 @@ class BpfSchedProbe:
             "other_wakers": MAX_PREEMPT,
             "cpu_waiters": cpus,
             "irq_depth": cpus,
+            "activity": self.max_tgids,
+            "running": cpus,
         }
 
     def _load_libbpf(self, facts: KernelFacts) -> Handover:
@@ -508,7 +517,13 @@ class BpfSchedProbe:
         config = ProbeConfig(
             not_runnable_mask=facts.masks[0], dead_mask=facts.masks[1], max_cpus=possible_cpus()
         )
-        events = ("sched_switch", "sched_waking", "sched_wakeup", "sched_process_exit")
+        events = (
+            "sched_switch",
+            "sched_waking",
+            "sched_wakeup",
+            "sched_process_exit",
+            "sched_process_exec",
+        )
         return libbpf_loader.load(
             Path(bpf_object_path()),
             config,
@@ -699,6 +714,7 @@ class BpfSchedProbe:
         if pipeline is not None:
             self._want_feeds = dict(pipeline.feeds)
             self._want_watched = set(pipeline.watched)
+            self._want_tids = pipeline.tids
         maps = self._maps
         if not maps or self._last_ns is None:
             return None
@@ -706,12 +722,14 @@ class BpfSchedProbe:
         watched_before = self._watched & self._want_watched
         # Probed through the whole interval: a library attached at this read counts next time.
         cuda_before = self.cuda.probed() if self.cuda is not None else frozenset()
+        active, execd = self._activity(maps)
+        threads, groups = self._rows(maps)
         rows = MapRows(
             now_ns=now,
             dt_ns=dt_ns,
             ended_epoch=ended,
-            threads=[(_as_int(k), t) for k, t in maps["threads"].items()],
-            groups=[(_as_int(k), g) for k, g in maps["groups"].items()],
+            threads=threads,
+            groups=groups,
             preempt=self._watched_rows(maps["preempt"], lambda k, v: (int(k.victim), int(k.by))),
             woke=self._watched_rows(maps["other_wakers"], lambda k, v: (int(k.tid), int(k.waker))),
         )
@@ -732,7 +750,43 @@ class BpfSchedProbe:
             return None
         if self._status.reason == ATTACHED_NOTE:
             self._status = SourceStatus("sched", "bpf", True, None)
-        return replace(reading, map_errors=new_errors, cuda_tgids=cuda_before & watched_before)
+        return replace(
+            reading,
+            map_errors=new_errors,
+            cuda_tgids=cuda_before & watched_before,
+            active=active,
+            execd=execd,
+        )
+
+    def _rows(self, maps: dict[str, BpfMap]) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+        """The thread and process rows to account: those of the rows shown, or all of them."""
+        tmap, gmap = maps["threads"], maps["groups"]
+        if self._want_tids is None:
+            return (
+                [(_as_int(k), t) for k, t in tmap.items()],
+                [(_as_int(k), g) for k, g in gmap.items()],
+            )
+        threads = [(tid, t) for tid in self._want_tids if (t := tmap.get(tid)) is not None]
+        tgids = {int(t.tgid) for _, t in threads}
+        groups = [(g, row) for g in tgids if (row := gmap.get(g)) is not None]
+        return threads, groups
+
+    def _activity(self, maps: dict[str, BpfMap]) -> tuple[frozenset[int] | None, frozenset[int]]:
+        """(processes that ran, exited or exec'd since the last read or run now, those that
+        exec'd); the first is None when the activity map overflowed (read everything)."""
+        marks = {_as_int(k): _as_int(v) for k, v in maps["activity"].pop_all()}
+        execd = frozenset(t for t, f in marks.items() if f & ACT_EXEC)
+        running = set()
+        tmap = maps["threads"]
+        for _, tid in maps["running"].items():
+            tid = _as_int(tid)
+            if tid:
+                t = tmap.get(tid)
+                running.add(int(t.tgid) if t is not None and t.tgid else tid)
+        overflowed = _as_int(maps["errors"].get(ERR_ACTIVITY_FULL) or 0)
+        lost = overflowed > self._activity_errors
+        self._activity_errors = overflowed
+        return (None if lost else frozenset(marks) | running), execd
 
     def _watched_rows(
         self, table: BpfMap, key_of: Callable[[Any, Any], tuple[int, int]]
