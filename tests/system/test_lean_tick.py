@@ -103,7 +103,7 @@ def test_a_process_that_execs_gets_its_new_name_command_line_and_role(
         "    time.sleep(0.05)\n"
     )
     # Busy in the shell first (so it is shown and its command line read), then exec.
-    spin = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"
+    spin = "i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done"
     p = subprocess.Popen(["sh", "-c", f'{spin}; exec {sys.executable} -c "$0"', worker])
     try:
         deadline = time.monotonic() + 30
@@ -115,10 +115,10 @@ def test_a_process_that_execs_gets_its_new_name_command_line_and_role(
                 before = row
             if row is not None and row.comm == "pt_data_worker":
                 break
-        assert before is not None and "while" in before.cmdline, "shown before its exec"
+        assert before is not None and "i=$((i+1))" in before.cmdline, "shown before its exec"
         assert row is not None and row.comm == "pt_data_worker", row
         assert row.role == "dataloader" and row.trainer_pid == os.getpid(), row
-        assert sys.executable in row.cmdline and "while" not in row.cmdline, row.cmdline
+        assert sys.executable in row.cmdline and "i=$((i+1))" not in row.cmdline, row.cmdline
     finally:
         kill_all([p])  # type: ignore[list-item]
 
