@@ -8,7 +8,7 @@ CLOCK_MONOTONIC), its on-CPU time (``time.thread_time_ns``) and its run-queue
 wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
 *blocked* inside ``next``. One line per step goes to ``--out``:
 
-    next_start next_end blocked_in_next_ns step_end
+    next_start next_end blocked_in_next_ns step_end runq_in_next_ns
 
 (monotonic seconds, nanoseconds). ``blocked_share()`` turns those lines into the
 share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         while args.no_next:
             t0 = time.perf_counter()
             gpu_step()
-            out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f}\n")
+            out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f} 0\n")
         while True:
             phase.set(1)
             t0 = time.perf_counter()
@@ -234,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             blocked = int((t1 - t0) * 1e9) - (c1 - c0) - (r1 - r0)
             phase.set(0)
             gpu_step()
-            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {time.perf_counter():.7f}\n")
+            end = time.perf_counter()
+            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0}\n")
 
 
 @dataclass(frozen=True)
@@ -245,15 +246,18 @@ class Step:
     next_end: float
     blocked_ns: int
     step_end: float
+    runq_ns: int = 0  # waiting for a CPU inside next()
 
 
 def read_steps(path: Path) -> list[Step]:
     steps = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) != 4:
+        if len(parts) != 5:
             continue  # the last line may be half-written
-        steps.append(Step(float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3])))
+        steps.append(
+            Step(float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
+        )
     return steps
 
 

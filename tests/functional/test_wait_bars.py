@@ -60,7 +60,9 @@ async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None
         waits = str(screen.query_one("#waits").render())
         assert "preempted by (share of its lost CPU time):" in waits
         assert "48%  pid 5000 job0" in waits and "31%  pid 5007 job1" in waits
-        assert waits.startswith("last interval: ■ on-CPU 50%, ■ CPU wait 28%, ■ waiting for batches 15%")
+        assert waits.startswith(
+            "last interval: ■ on-CPU 50%, ■ CPU wait 28%, ■ waiting for batches 15%"
+        )
 
 
 async def test_narrow_terminal_uses_short_names_and_the_bars_line_up() -> None:
