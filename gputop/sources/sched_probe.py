@@ -108,11 +108,11 @@ LOADER_ENV = "GPUTOP_BPF_LOADER"
 # What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
 FOOTPRINT = (
     "eBPF probe footprint: tracepoints (sched:sched_switch, sched_waking, sched_wakeup,"
-    " sched_process_exit; entry/exit of irq, softirq, timer and x86 irq_vectors to tell"
-    " interrupt context), and uprobes on the CUDA driver's synchronizing calls in the"
-    " libcuda a watched trainer maps (never on kernel launches); no kprobes. Other tracers"
-    " (perf, bcc tools, another gputop) keep seeing every event: each tracepoint program"
-    " returns 1, which keeps the event."
+    " sched_process_exit, sched_process_exec; entry/exit of irq, softirq, timer and x86"
+    " irq_vectors to tell interrupt context), and uprobes on the CUDA driver's"
+    " synchronizing calls in the libcuda a watched trainer maps (never on kernel launches);"
+    " no kprobes. Other tracers (perf, bcc tools, another gputop) keep seeing every event:"
+    " each tracepoint program returns 1, which keeps the event."
 )
 # The status reason for the one tick between attaching and the first full
 # eBPF interval (it lands in that frame's sources.notes).
