@@ -1,10 +1,12 @@
-"""Cost of one /proc host tick over many processes and threads, and the sampler's own CPU.
+"""Cost of one sampler tick over many idle processes and threads, with and without the probe.
 
-Spawns N real processes with T threads each (a tiny C program, so memory stays
-small), then times ProcSource.read() over repeated ticks. Run:
+Spawns N real idle processes with T threads each (a tiny C program, so memory
+stays small), then times ``Sampler.tick()`` (the /proc host side and, as root,
+the eBPF probe's read) over repeated ticks 0.25 s apart. With the probe, an
+idle process should cost nothing: /proc is read only for processes that ran.
 
-    python bench/host_tick.py                 # 250, 500, 1000 processes x 5 threads
-    python bench/host_tick.py --procs 1000 --sampler-seconds 30
+    python bench/host_tick.py                       # 100, 1,000, 5,000 processes; 20,000 threads
+    python bench/host_tick.py --shapes 1000x1 --sampler-seconds 30
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.base import NoGpuSource
-from gputop.sources.procfs import ProcSource
+from gputop.sources.sched_probe import BpfSchedProbe
 
 SPAWNER_C = r"""
 #include <pthread.h>
@@ -90,57 +92,79 @@ def count_tasks() -> tuple[int, int]:
     return procs, threads
 
 
-def time_ticks(ticks: int) -> list[float]:
-    src = ProcSource()
-    src.read(now=time.monotonic())
-    out = []
-    for _ in range(ticks):
-        t0 = time.perf_counter()
-        src.read(now=time.monotonic())
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
+def time_ticks(ticks: int, probe: bool) -> list[float]:
+    """Microseconds per sampler tick (the /proc host side and, with ``probe``, the probe's read)."""
+    p = BpfSchedProbe() if probe else None
+    s = Sampler(gpu=NoGpuSource("bench"), procs=HostPass(), probe=p, interval_s=0.25)
+    s.open()
+    if p is not None and not p.wait_attached(120):
+        raise RuntimeError(f"probe did not attach: {p.status.reason}")
+    try:
+        for _ in range(3):  # prime: the first full scan, the probe's baseline
+            s.tick()
+            time.sleep(0.25)
+        out = []
+        for _ in range(ticks):
+            time.sleep(0.25)
+            t0 = time.perf_counter()
+            f = s.tick()
+            out.append((time.perf_counter() - t0) * 1e6)
+        if probe and f.sources.sched != "bpf":
+            raise RuntimeError("the probe did not serve the ticks")
+        return out
+    finally:
+        s.close()
 
 
-def sampler_cpu(seconds: float) -> float:
-    s = Sampler(gpu=NoGpuSource("bench"), procs=ProcSource(), interval_s=1.0)
+def sampler_cpu(seconds: float, probe: bool) -> float:
+    s = Sampler(
+        gpu=NoGpuSource("bench"),
+        procs=HostPass(),
+        probe=BpfSchedProbe() if probe else None,
+        interval_s=1.0,
+    )
     t0 = os.times()
     w0 = time.monotonic()
     s.run(lambda f: None, duration_s=seconds)
     t1 = os.times()
+    s.close()
     return 100.0 * ((t1.user + t1.system) - (t0.user + t0.system)) / (time.monotonic() - w0)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--procs", type=int, nargs="*", default=[250, 500, 1000])
-    ap.add_argument("--threads", type=int, default=5, help="threads per process")
-    ap.add_argument("--ticks", type=int, default=30)
-    ap.add_argument("--sampler-seconds", type=float, default=20.0)
+    ap.add_argument(
+        "--shapes",
+        nargs="*",
+        default=["100x1", "1000x1", "5000x1", "100x200"],
+        help="idle processes x threads each (default 100, 1,000, 5,000 processes; 20,000 threads)",
+    )
+    ap.add_argument("--ticks", type=int, default=20)
+    ap.add_argument("--sampler-seconds", type=float, default=0.0)
     a = ap.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    root = os.geteuid() == 0
+    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; µs per tick, median")
     baseline = count_tasks()[0]
     with tempfile.TemporaryDirectory() as d:
         exe = build_spawner(d)
-        for n in a.procs:
+        for shape in a.shapes:
+            n, t = (int(x) for x in shape.split("x"))
             while count_tasks()[0] > baseline + 20:  # the previous round's children are exiting
                 time.sleep(0.2)
-            p = spawn(exe, n, a.threads)
+            p = spawn(exe, n, t)
             try:
                 procs, threads = count_tasks()
-                ms = time_ticks(a.ticks)
-                med = statistics.median(ms)
-                p95 = sorted(ms)[int(0.95 * (len(ms) - 1))]
-                print(
-                    f"host tick: {procs:5d} processes / {threads:5d} threads: "
-                    f"median {med:6.2f} ms, p95 {p95:6.2f} ms, "
-                    f"{1000 * med / procs:5.1f} us/process"
-                )
-                if n == max(a.procs) and a.sampler_seconds > 0:
-                    cpu = sampler_cpu(a.sampler_seconds)
-                    print(
-                        f"sampler at 1 s interval over {a.sampler_seconds:.0f} s "
-                        f"with {procs} processes: {cpu:.2f}% of one CPU"
-                    )
+                line = f"{procs:5d} processes / {threads:5d} threads:"
+                for probe in (False, True) if root else (False,):
+                    us = time_ticks(a.ticks, probe)
+                    med = statistics.median(us)
+                    p95 = sorted(us)[int(0.95 * (len(us) - 1))]
+                    line += f"  {'probe' if probe else '/proc'} {med:8.0f} (p95 {p95:.0f})"
+                print(line, flush=True)
+                if a.sampler_seconds > 0:
+                    for probe in (False, True) if root else (False,):
+                        cpu = sampler_cpu(a.sampler_seconds, probe)
+                        print(f"  sampler at 1 s, {'probe' if probe else '/proc'}: {cpu:.2f}% CPU")
             finally:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()

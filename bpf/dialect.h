@@ -58,6 +58,9 @@ static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
     int tracepoint__##cat##__##event(struct record *args)
 // A program user space attaches to several tracepoints.
 #define GT_PROGRAM(name) SEC("tp") int name(void *ctx)
+// Programs user space attaches as uprobes / uretprobes (kprobe-type programs).
+#define GT_UPROBE(name) SEC("uprobe") int name(void *ctx)
+#define GT_URETPROBE(name) SEC("uretprobe") int name(void *ctx)
 
 // What differs per node, set in .rodata by the loader before load.
 const volatile struct probe_config probe_config = {};
@@ -106,6 +109,8 @@ const char gputop_inputs_sha256[] SEC("gputop.inputs") = GPUTOP_INPUTS_SHA256;
 
 #define GT_TRACEPOINT(cat, event, record) TRACEPOINT_PROBE(cat, event)
 #define GT_PROGRAM(name) int name(void *ctx)
+#define GT_UPROBE(name) int name(struct pt_regs *ctx)
+#define GT_URETPROBE(name) int name(struct pt_regs *ctx)
 
 // NOT_RUNNABLE_MASK, DEAD_MASK, MAX_CPUS and HAVE_GROUP_DEAD come as -D flags.
 #if HAVE_GROUP_DEAD

@@ -8,14 +8,18 @@
 #define WAKE_THREAD 2
 #define WAKE_IRQ 3
 #define WAKE_OTHER 4
-#define WAKE_CLASSES 5
+#define WAKE_SYNC 5
+#define WAKE_CLASSES 6
 #define HIST_SLOTS 40
 #define WAIT_SLOTS 4
+#define ACT_RAN 1
+#define ACT_EXEC 2
 #define ERR_THREAD_MAP_FULL 0
 #define ERR_GROUP_MAP_FULL 1
 #define ERR_NOT_PREV 2
 #define ERR_AUX_MAP_FULL 3
-#define ERROR_SLOTS 4
+#define ERR_ACTIVITY_FULL 4
+#define ERROR_SLOTS 5
 #define DEFAULT_MAX_THREADS 32768
 #define DEFAULT_MAX_TGIDS 8192
 #define DEFAULT_MAX_PIPELINE 4096
@@ -36,10 +40,17 @@ struct thread_t {
     u32 longest_ep[2];
     u32 tgid;
     u32 runnable;  // state at the last switch-out
-    u64 wait_ns[5];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
+    u64 wait_ns[6];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
+    u64 sync_since;  // when the outermost CUDA synchronization call in progress began
+    u64 sync_ns;  // time inside CUDA synchronization calls that have returned
+    u64 sync_oncpu_ns;  // of which on a CPU (spinning)
+    u64 sync_runq_ns;  // of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_SYNC])
+    u64 runq_after_input_ns;  // run-queue wait right after a wake-up by the input pipeline
     u32 wake_class;  // class of the waking that ended the current blocked stretch
     u32 wait_slot;  // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
     u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
+    u32 sync_depth;  // CUDA synchronization calls in progress (nested calls count once)
+    u32 active_ep;  // epoch + 1 in which its process was last marked in the activity map
     u32 pad;
 };
 

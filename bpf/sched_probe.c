@@ -8,6 +8,9 @@
 // again; sched:sched_process_exit frees entries. The irq, softirq, timer and
 // x86 vector entry/exit tracepoints only keep a per-CPU interrupt nesting depth,
 // so a wake-up raised in an interrupt is never blamed on the task it interrupted.
+// Uprobes on the CUDA driver's synchronizing calls (attached by user space to the
+// libcuda each watched trainer maps) mark a thread as inside one: all its time
+// there, on a CPU (spinning), runnable or blocked, is waiting for the GPU.
 //
 // Every handler returns 1: for a tracepoint program, 0 tells the kernel to drop
 // the event for every perf consumer of that tracepoint (perf record, other
@@ -64,6 +67,17 @@ GT_ARRAY(irq_depth, struct irq_depth_t, MAX_CPU_SLOTS);
 GT_ARRAY(epoch, u32, 1);
 // Failed map updates, by ERR_* index.
 GT_ARRAY(errors, u64, ERROR_SLOTS);
+// Processes that ran (a thread left a CPU), exited or exec'd since user space last
+// drained the map (ACT_* flags): /proc is read for these only, an idle process costs
+// nothing. Marked at most once per thread per interval.
+GT_HASH(activity, u32, u8, MAX_TGIDS);
+// The task on each CPU since its last switch (its tid; 0: idle): a thread that runs
+// without ever switching is active too.
+GT_ARRAY(running, u32, MAX_CPU_SLOTS);
+
+static __always_inline u64 max_u64(u64 a, u64 b) {
+    return a > b ? a : b;
+}
 
 // floor(log2(v)) for v > 0, without a loop for the verifier to unroll.
 static __always_inline u32 floor_log2(u64 v) {
@@ -117,6 +131,16 @@ static __always_inline void note_longest(u64 *ns, u32 *ep, u32 cur, u64 d) {
     }
 }
 
+static __always_inline void mark_activity(u32 tgid, u8 flags) {
+    u8 *v = GT_LOOKUP(activity, &tgid);
+    if (v) {
+        *v |= flags;
+        return;
+    }
+    if (GT_UPDATE(activity, &tgid, &flags) != 0)
+        count_error(ERR_ACTIVITY_FULL);
+}
+
 static __always_inline struct group_t *group_of(u32 tgid) {
     struct group_t *g = GT_LOOKUP(groups, &tgid);
     if (g)
@@ -150,20 +174,34 @@ static __always_inline void account_woke_by(u32 tid, struct thread_t *t, u64 blo
     __sync_fetch_and_add(&v->ns, blocked);
 }
 
+// A thread in a CUDA synchronization call cannot have returned from it while off
+// its CPU, so the whole stretch was inside the call: it was waiting for the GPU,
+// whoever woke it (usually the GPU's interrupt).
 static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out, u64 end) {
     if (t->runnable) {
         t->runq_ns += end - out;
+        if (t->sync_depth)
+            t->sync_runq_ns += end - out;
         return;
     }
     u64 blocked = end - out;
+    u64 runq = 0;
     if (t->wake_ts > out && t->wake_ts <= end) {
         blocked = t->wake_ts - out;
-        t->runq_ns += end - t->wake_ts;
+        runq = end - t->wake_ts;
+        t->runq_ns += runq;
     }
     t->blocked_ns += blocked;
     u32 cls = t->wake_class;
     if (cls >= WAKE_CLASSES)
         cls = WAKE_NONE;
+    if (t->sync_depth) {
+        cls = WAKE_SYNC;
+        t->sync_runq_ns += runq;
+    } else if (cls == WAKE_INPUT) {
+        // The batch arrived; waiting for a CPU to take it is still getting the batch.
+        t->runq_after_input_ns += runq;
+    }
     t->wait_ns[cls] += blocked;
     if (cls == WAKE_OTHER && t->waker_tgid != 0)
         account_woke_by(tid, t, blocked);
@@ -263,11 +301,16 @@ GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
     long state = args->prev_state;
     u32 cur = current_epoch();
     struct thread_t *tn = next != 0 ? GT_LOOKUP(threads, &next) : NULL;
+    u32 cpu_id = bpf_get_smp_processor_id();
+    u32 *on_cpu = GT_LOOKUP(running, &cpu_id);
+    if (on_cpu)
+        *on_cpu = next;
 
     // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
     if (prev != 0) {
         if (state & DEAD_MASK) {
             // Its last switch: nothing after this can end an off-CPU stretch.
+            mark_activity(bpf_get_current_pid_tgid() >> 32, ACT_RAN);
             retire_thread(prev);
             GT_DELETE(exiting, &prev);
         } else {
@@ -281,11 +324,19 @@ GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
                     count_error(ERR_THREAD_MAP_FULL);
                 t = GT_LOOKUP(threads, &prev);
             }
+            if (!t)
+                mark_activity(id >> 32, ACT_RAN);
             if (t) {
                 // At sched_switch "current" is still prev: its tgid comes from the helper.
                 t->tgid = id >> 32;
+                if (t->active_ep != cur + 1) {
+                    t->active_ep = cur + 1;
+                    mark_activity(t->tgid, ACT_RAN);
+                }
                 if (t->in_ts != 0 && now > t->in_ts) {
                     t->oncpu_ns += now - t->in_ts;
+                    if (t->sync_depth)
+                        t->sync_oncpu_ns += now - max_u64(t->in_ts, t->sync_since);
                 } else if (t->out_ts != 0) {
                     // Its switch-in never reached us (about 1% of switches do
                     // not; docs/ebpf.md). A woken thread was blocked until its
@@ -420,6 +471,12 @@ GT_TRACEPOINT(sched, sched_process_exit, trace_event_raw_sched_process_template)
     return 1;
 }
 
+// exec replaces a process's name and command line: user space reads them again.
+GT_TRACEPOINT(sched, sched_process_exec, trace_event_raw_sched_process_exec) {
+    mark_activity(args->pid, ACT_EXEC | ACT_RAN);
+    return 1;
+}
+
 // Interrupt nesting. Attached by user space to whichever of these tracepoints
 // this kernel has (IRQ_ENTER_EVENTS / IRQ_EXIT_EVENTS in sched_probe.py); an
 // exit seen without its entry (the probe attached in between) leaves depth at 0.
@@ -435,4 +492,50 @@ GT_PROGRAM(on_irq_exit) {
     if (depth && *depth > 0)
         *depth -= 1;
     return 1;
+}
+
+// CUDA synchronization calls (cuStreamSynchronize, cuEventSynchronize,
+// cuCtxSynchronize, their per-thread-stream variants, synchronous copies).
+// Attached by user space as uprobes and uretprobes on the libcuda each watched
+// trainer maps, once per library file; only watched processes are counted.
+// Nested calls (a copy that synchronizes inside) count once, from the outermost.
+GT_UPROBE(on_sync_enter) {
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32;
+    if (!GT_LOOKUP(watched, &tgid))
+        return 0;
+    u32 tid = id;
+    struct thread_t *t = GT_LOOKUP(threads, &tid);
+    if (!t) {
+        struct thread_t zero = {.tgid = tgid};
+        if (GT_INSERT(threads, &tid, &zero) != 0)
+            count_error(ERR_THREAD_MAP_FULL);
+        t = GT_LOOKUP(threads, &tid);
+        if (!t)
+            return 0;
+    }
+    if (t->sync_depth == 0)
+        t->sync_since = bpf_ktime_get_ns();
+    t->sync_depth += 1;
+    return 0;
+}
+
+GT_URETPROBE(on_sync_exit) {
+    u32 tid = bpf_get_current_pid_tgid();
+    struct thread_t *t = GT_LOOKUP(threads, &tid);
+    // Zero: a call that began before the probe was attached (never counted).
+    if (!t || t->sync_depth == 0)
+        return 0;
+    t->sync_depth -= 1;
+    if (t->sync_depth != 0)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    if (now > t->sync_since)
+        t->sync_ns += now - t->sync_since;
+    // The on-CPU stretch in progress, from the later of its start and the call's.
+    u64 from = max_u64(t->in_ts, t->sync_since);
+    if (t->in_ts && now > from)
+        t->sync_oncpu_ns += now - from;
+    t->sync_since = 0;
+    return 0;
 }

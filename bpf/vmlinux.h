@@ -76,6 +76,14 @@ struct trace_event_raw_sched_process_exit {
 	char __data[0];
 };
 
+struct trace_event_raw_sched_process_exec {
+	struct trace_entry ent;
+	u32 __data_loc_filename;
+	pid_t pid;
+	pid_t old_pid;
+	char __data[0];
+};
+
 #pragma clang attribute pop
 
 #endif /* __VMLINUX_H__ */

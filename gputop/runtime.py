@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputop.model.diagnosis import Diagnoser, Thresholds
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.base import GpuSource, SchedProbe
 from gputop.sources.cgroup import ContainerTagger
 
@@ -63,7 +63,7 @@ def build_sampler(opts: Options) -> Sampler:
     return Sampler(
         gpu=gpu_source(opts),
         # The /proc source with each process's container and pod identity.
-        procs=ContainerTagger(top_n=opts.top_n),
+        procs=HostPass(ContainerTagger(), top_n=opts.top_n),
         probe=None if opts.no_bpf else sched_probe(opts),
         diagnoser=Diagnoser(opts.thresholds),
         interval_s=opts.interval_s,

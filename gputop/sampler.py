@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -19,39 +19,49 @@ from gputop.model.frame import (
     Frame,
     GpuReading,
     HostSample,
-    ProcessSample,
     Sources,
     SourceStatus,
     Verdict,
 )
-from gputop.model.readings import ProbeReading
-from gputop.sources.base import GpuSource, GpuUse, NoGpuSource, SchedProbe
-from gputop.sources.procfs import HostReading, ProcSource
+from gputop.model.hostjoin import HostJoin
+from gputop.model.readings import GpuUse, HostReading, Pipeline, ProbeReading
+from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
+from gputop.sources.procfs import ProcSource
 
 MIN_INTERVAL_S = 0.1
 # The first frame's rates cover at most this long, so the TUI shows data within a second.
 FIRST_FRAME_S = 0.5
 
 
-def input_pipeline(processes: Iterable[ProcessSample]) -> tuple[dict[int, int], set[int]]:
-    """(who feeds which trainer, whose preemptors to record) from this tick's roles.
+class HostPass:
+    """The host side of one tick: /proc's two passes around the join stage.
 
-    A DataLoader worker process (by pid), a thread worker or pin-memory thread
-    (its row's pid is the thread id) -> its trainer's pid. Watched: trainers and
-    worker processes, the processes whose lost CPU time the diagnosis explains.
+    /proc reads (``ProcSource.scan``), the model picks the rows
+    (``HostJoin.choose``), /proc reads their threads (``ProcSource.details``),
+    and the model joins them with the probe's reading (``HostJoin.join``). The
+    source only reads and the model only interprets; this is where they meet.
     """
-    procs = list(processes)
-    tids_of = {p.pid: {t.tid for t in p.threads} for p in procs if p.role == "trainer"}
-    feeds: dict[int, int] = {}
-    watched: set[int] = set()
-    for p in procs:
-        if p.role in ("dataloader", "pin_memory") and p.trainer_pid is not None:
-            feeds[p.pid] = p.trainer_pid
-            if p.pid not in tids_of.get(p.trainer_pid, ()):
-                watched.add(p.pid)  # a worker process, not a thread of its trainer
-        elif p.role == "trainer":
-            watched.add(p.pid)
-    return feeds, watched
+
+    def __init__(self, procs: ProcSource | None = None, top_n: int = 30) -> None:
+        self.procs = procs or ProcSource()
+        self.join = HostJoin(top_n=top_n)
+
+    def read(
+        self,
+        now: float,
+        gpu_pids: Iterable[int] = (),
+        gpu_of: Mapping[int, GpuUse] | None = None,
+        probe: ProbeReading | None = None,
+    ) -> HostReading:
+        """The host and every process worth showing, with the probe's numbers where it has them."""
+        gpu_of = gpu_of or {}
+        if probe is None:
+            scan = self.procs.scan(now)
+        else:
+            scan = self.procs.scan(now, probe.active, probe.execd)
+        choice = self.join.choose(scan, now, {*gpu_pids, *gpu_of}, self.procs.cmdline)
+        details = self.procs.details(choice.detail, scan)
+        return self.join.join(scan, choice, details, gpu_of, probe)
 
 
 class Diagnoser(Protocol):
@@ -66,14 +76,16 @@ class Sampler:
     def __init__(
         self,
         gpu: GpuSource | None = None,
-        procs: ProcSource | None = None,
+        procs: HostPass | None = None,
         probe: SchedProbe | None = None,
         diagnoser: Diagnoser | None = None,
         interval_s: float = 1.0,
         notes: tuple[str, ...] = (),
     ) -> None:
         self.gpu: GpuSource = gpu or NoGpuSource("no GPU source configured")
-        self.procs = procs or ProcSource()
+        self.procs = procs or HostPass()
+        # What the probe watches from its next read on: the last tick's join output.
+        self._pipeline = Pipeline()
         self.probe = probe
         self.diagnoser = diagnoser
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
@@ -168,8 +180,7 @@ class Sampler:
             use = gpu_of.get(gp.pid) or GpuUse()
             gpu_of[gp.pid] = use.plus(gp.gpu_index, gp.gpu_mem_mib, gp.sm_pct)
         host = self._read_host(now_m, gpu_of, probe_reading)
-        if self.probe is not None:
-            self.probe.set_pipeline(*input_pipeline(host.processes))
+        self._pipeline = host.pipeline
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall
         self._last_wall = wall
@@ -203,7 +214,7 @@ class Sampler:
         if self.probe is None:
             return None
         try:
-            return self.probe.read()
+            return self.probe.read(self._pipeline)
         except Exception as exc:  # noqa: BLE001
             self._disable_probe(exc)
             return None
@@ -239,7 +250,7 @@ class Sampler:
 
     def statuses(self) -> list[SourceStatus]:
         """Every source's current status (for the status line and `doctor`)."""
-        out = [self.gpu.status, self.procs.status]
+        out = [self.gpu.status, self.procs.procs.status]
         if self.probe is not None:
             out.append(self.probe.status)
         return out

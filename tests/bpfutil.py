@@ -8,7 +8,22 @@ import shutil
 import subprocess
 import time
 
+import pytest
+
+from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bpf_build import find_clang
 from gputop.sources.bpf_syscall import link_ids, loaded_program_ids
+from tests.harness import ROOT
+
+
+def why_no_bcc_probe() -> str | None:
+    """Why the probe cannot be compiled and attached here (not root, no bcc), or None."""
+    if os.geteuid() != 0:
+        return "the eBPF probe needs root (CAP_BPF + CAP_PERFMON)"
+    bcc, why = find_bcc()
+    if bcc is None:
+        return f"bcc unavailable: {why}"
+    return None
 
 
 def loaded_prog_ids() -> set[int]:
@@ -91,3 +106,12 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+BPF = ROOT / "bpf"
+
+
+CLANG = find_clang()
+
+
+needs_clang = pytest.mark.skipif(CLANG is None, reason="needs clang (scripts/install-and-test.sh)")

@@ -1,78 +1,25 @@
-"""Fixtures and helpers shared by the test modules.
+"""Fixtures shared by the three tiers (tests/unit, tests/functional, tests/system).
 
-Starting gputop as a subprocess: ``gputop_cmd`` is the argv, ``run_gputop`` runs it
-to the end and ``start_gputop`` leaves it running; both use this checkout (``ROOT``
-as the working directory and first on PYTHONPATH) and text pipes.
+Plain helpers live in helper modules beside this file (``tests/harness.py`` runs
+gputop as a subprocess; ``procutil``, ``bpfutil``, ``fakeproc``, ``fakenvml``,
+``frames_fixture`` ...); test modules import those, never another test module.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from textual.message import Message
-from textual.notifications import Notify
 
-M = TypeVar("M", bound=Message)
-
-ROOT = Path(__file__).resolve().parents[1]
-PY = sys.executable
-
-
-def gputop_cmd(*args: str) -> list[str]:
-    """The argv that runs this checkout's gputop with these arguments."""
-    return [PY, "-m", "gputop", *args]
-
-
-def gputop_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """``base`` (default: this process's environment) with this checkout first on PYTHONPATH."""
-    env = dict(os.environ if base is None else base)
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(extra)
-    return env
-
-
-def run_gputop(
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 60,
-    prefix: tuple[str, ...] = (),
-    **kw: Any,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``gputop ARGS`` (behind ``prefix``, e.g. unshare) to the end; output captured as text.
-
-    ``env`` is the whole environment (default ``gputop_env()``); stdin is /dev/null unless given.
-    """
-    kw.setdefault("stdin", subprocess.DEVNULL)
-    return subprocess.run(
-        [*prefix, *gputop_cmd(*args)],
-        cwd=ROOT,
-        env=gputop_env() if env is None else dict(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kw,
-    )
-
-
-def start_gputop(
-    *args: str, env: Mapping[str, str] | None = None, **kw: Any
-) -> subprocess.Popen[str]:
-    """Start ``gputop ARGS`` with stdout and stderr piped as text; the caller ends it."""
-    return subprocess.Popen(
-        gputop_cmd(*args),
-        cwd=ROOT,
-        env=gputop_env() if env is None else dict(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
+from gputop.snapshot import write_bundle
+from tests.bundles import small_frames
+from tests.exportutil import exporting
+from tests.harness import PY, run_gputop
+from tests.pilotutil import Posted
 
 
 @pytest.fixture
@@ -90,33 +37,23 @@ def gputop() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_gputop
 
 
-class Posted(list[Message]):
-    """Every message a Pilot run dispatched: pass ``posted`` as ``run_test(message_hook=...)``.
-
-    A bubbling message is dispatched at each node it reaches (screen, then app):
-    it is recorded once.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        # Every recorded message stays referenced by the list, so its id stays unique.
-        self._seen: set[int] = set()
-
-    def __call__(self, message: Message) -> None:
-        if id(message) not in self._seen:
-            self._seen.add(id(message))
-            self.append(message)
-
-    def of(self, kind: type[M]) -> list[M]:
-        """The dispatched messages of one kind, in order."""
-        return [m for m in self if isinstance(m, kind)]
-
-    def notes(self) -> list[str]:
-        """The texts of the notifications (toasts) the app raised."""
-        return [n.notification.message for n in self.of(Notify)]
-
-
 @pytest.fixture
 def posted() -> Posted:
     """A message hook that records what the app dispatched, for asserting on messages."""
     return Posted()
+
+
+@pytest.fixture
+def exporter() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A running ``gputop export --no-bpf`` on loopback and its metrics URL."""
+    with exporting() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def good_bundle(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A valid snapshot bundle of ``small_frames()``, as the JSON document write_bundle wrote."""
+    d = tmp_path_factory.mktemp("good")
+    path = write_bundle(small_frames(), {"host": {"kernel": "x"}}, str(d), None, True)
+    doc: dict[str, Any] = json.loads(Path(path).read_text())
+    return doc

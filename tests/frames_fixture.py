@@ -8,6 +8,7 @@ GPU 0, a second trainer on GPU 1, and filler processes up to ``n_procs`` rows.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from gputop.model.frame import (
@@ -350,3 +351,19 @@ class PushFeed:
 
     def push(self, frame: Frame) -> None:
         self.app.offer_frame(frame)
+
+
+def unmeasured(frames: list[Frame]) -> list[Frame]:
+    """The same frames as /proc alone would give them: no wait split, no preemptors."""
+
+    def strip(p: ProcessSample) -> ProcessSample:
+        return replace(
+            p,
+            wait_input_pct=None,
+            wait_thread_pct=None,
+            wait_irq_pct=None,
+            wait_other_pct=None,
+            preemptors=None,
+        )
+
+    return [replace(f, processes=tuple(strip(p) for p in f.processes)) for f in frames]

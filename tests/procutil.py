@@ -80,3 +80,62 @@ def kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
             p.kill()
     for p in procs:
         p.wait()
+
+
+def proc_stat(pid: int) -> tuple[int, str, int] | None:
+    """(ppid, state, start time) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    rest = raw[raw.rindex(b")") + 2 :].split()
+    return int(rest[1]), rest[0].decode(), int(rest[19])
+
+
+def descendants(root: int) -> dict[int, int]:
+    """Every live descendant of ``root``: pid -> start time."""
+    parent: dict[int, int] = {}
+    start: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None and st[1] != "Z":
+                parent[int(name)], start[int(name)] = st[0], st[2]
+    out: dict[int, int] = {}
+    frontier = [root]
+    while frontier:
+        cur = frontier.pop()
+        for pid, ppid in parent.items():
+            if ppid == cur and pid not in out:
+                out[pid] = start[pid]
+                frontier.append(pid)
+    return out
+
+
+def survivors(procs: dict[int, int], wait_s: float = 5.0) -> list[int]:
+    """Processes in ``procs`` still alive (not a zombie, same start time) after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for pid, started in procs.items():
+            st = proc_stat(pid)
+            if st is not None and st[1] != "Z" and st[2] == started:
+                alive.append(pid)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def proc_comm(pid: int) -> str:
+    """The process's name, or empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def find_proc(reading, pid):
+    """The row of ``pid`` in a host reading."""
+    return next(p for p in reading.processes if p.pid == pid)

@@ -8,7 +8,7 @@ CLOCK_MONOTONIC), its on-CPU time (``time.thread_time_ns``) and its run-queue
 wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
 *blocked* inside ``next``. One line per step goes to ``--out``:
 
-    next_start next_end blocked_in_next_ns step_end
+    next_start next_end blocked_in_next_ns step_end runq_in_next_ns
 
 (monotonic seconds, nanoseconds). ``blocked_share()`` turns those lines into the
 share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
@@ -67,8 +67,29 @@ while True:
 """
 
 
+class _Cuda:
+    """The fake libcuda's cuStreamSynchronize as the GPU step (tests/fakecuda/)."""
+
+    def __init__(self, path: str, step_s: float, spin: bool) -> None:
+        import ctypes
+
+        self.lib = ctypes.CDLL(path)
+        self.lib.fake_cuda_set(ctypes.c_longlong(int(step_s * 1e9)), int(spin))
+
+    def step(self) -> None:
+        self.lib.cuStreamSynchronize(None)
+
+
+_cuda: _Cuda | None = None
+
+
 def _standin(kind: str, step_s: float) -> None:
-    """The GPU step's stand-in: sleep (a blocking sync) or busy-spin (CUDA's default)."""
+    """The GPU step's stand-in: sleep (a blocking sync) or busy-spin (CUDA's default);
+    ``cuda-sleep`` / ``cuda-spin``: the same inside the fake libcuda's synchronize call."""
+    if kind.startswith("cuda-"):
+        assert _cuda is not None
+        _cuda.step()
+        return
     if kind == "sleep":
         time.sleep(step_s)
         return
@@ -124,7 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--sample-cpu-ms", type=float, default=8.0)
     ap.add_argument("--step-ms", type=float, default=20.0)
-    ap.add_argument("--standin", default="sleep", choices=("sleep", "spin"))
+    ap.add_argument(
+        "--standin", default="sleep", choices=("sleep", "spin", "cuda-sleep", "cuda-spin")
+    )
+    ap.add_argument("--cuda-lib", default=None, help="the fake libcuda.so.1 (cuda-* stand-ins)")
+    ap.add_argument(
+        "--cuda-after-s",
+        type=float,
+        default=0.0,
+        help="load the CUDA library this long after ready (before: the plain stand-in)",
+    )
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--epoch-len", type=int, default=10**9)
     ap.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
@@ -153,8 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Work(args.sample_cpu_ms, args.epoch_len),  # type: ignore[arg-type]
         num_workers=args.workers,
         batch_size=args.batch_size,
-        multiprocessing_context=args.start_method,
-        persistent_workers=args.persistent,
+        # Worker options only where there are workers (DataLoader refuses them otherwise).
+        multiprocessing_context=args.start_method if args.workers else None,
+        persistent_workers=args.persistent and args.workers > 0,
     )
     tid = threading.get_native_id()
     step_s = args.step_ms / 1000.0
@@ -168,11 +199,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         next(it)
     print("ready", flush=True)
     phase = _Phase(args.phase_file)
+    standin = args.standin
+    cuda_at = time.monotonic() + args.cuda_after_s
+    if standin.startswith("cuda-") and args.cuda_after_s > 0:
+        standin = standin.removeprefix("cuda-")  # until CUDA "initialises"
+
+    def gpu_step() -> None:
+        global _cuda
+        nonlocal standin
+        if _cuda is None and args.standin.startswith("cuda-") and time.monotonic() >= cuda_at:
+            assert args.cuda_lib, "--cuda-lib is needed for a cuda-* stand-in"
+            _cuda = _Cuda(args.cuda_lib, step_s, args.standin == "cuda-spin")
+            standin = args.standin
+        _standin(standin, step_s)
+
     with open(args.out, "w", buffering=1) as out:
         while args.no_next:
             t0 = time.perf_counter()
-            _standin(args.standin, step_s)
-            out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f}\n")
+            gpu_step()
+            out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f} 0\n")
         while True:
             phase.set(1)
             t0 = time.perf_counter()
@@ -188,8 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             r1 = _run_delay_ns(tid)
             blocked = int((t1 - t0) * 1e9) - (c1 - c0) - (r1 - r0)
             phase.set(0)
-            _standin(args.standin, step_s)
-            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {time.perf_counter():.7f}\n")
+            gpu_step()
+            end = time.perf_counter()
+            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0}\n")
 
 
 @dataclass(frozen=True)
@@ -200,15 +246,18 @@ class Step:
     next_end: float
     blocked_ns: int
     step_end: float
+    runq_ns: int = 0  # waiting for a CPU inside next()
 
 
 def read_steps(path: Path) -> list[Step]:
     steps = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) != 4:
+        if len(parts) != 5:
             continue  # the last line may be half-written
-        steps.append(Step(float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3])))
+        steps.append(
+            Step(float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
+        )
     return steps
 
 

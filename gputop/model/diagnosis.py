@@ -79,6 +79,9 @@ class Thresholds:
     """DataLoader workers using this much CPU each (on average) are busy producing batches."""
     trainer_busy_pct: float = 80.0
     """A trainer without workers on a CPU this much while its GPU is not busy loads data itself."""
+    self_load_pct: float = 30.0
+    """A trainer without workers on a CPU this much outside CUDA synchronization (measured)
+    loads its batches itself, busy GPU or not."""
     cpu_saturated_pct: float = 90.0
     """Host CPU use at or above this is called saturated in the evidence."""
     throttle_share_pct: float = 50.0
@@ -208,11 +211,20 @@ class ProcAgg:
     preemptors: tuple[Preemptor, ...] | None = None
     cpus_allowed: tuple[int, ...] | None = None
     cpu_quota: float | None = None
+    runq_after_input_pct: float | None = None
+    gpu_sync_pct: float | None = None
+    gpu_sync_spin_pct: float | None = None
+    gpu_sync_runq_pct: float | None = None
 
     @property
     def measured(self) -> bool:
         """Whether the wait split was measured (eBPF) rather than unknown (/proc alone)."""
         return self.wait_input_pct is not None
+
+    @property
+    def gpu_measured(self) -> bool:
+        """Whether its wait for the GPU was measured (its libcuda probed)."""
+        return self.gpu_sync_pct is not None
 
     @property
     def blocked_pct(self) -> float | None:
@@ -222,11 +234,39 @@ class ProcAgg:
         return max(0.0, self.offcpu_pct - (self.runq_pct or 0.0))
 
     @property
-    def host_wait_pct(self) -> float | None:
-        """Run queue plus waiting for batches (measured), the host's share of its time."""
+    def data_wait_pct(self) -> float | None:
+        """Waiting for batches: blocked until the input pipeline woke it, then for a CPU."""
         if self.wait_input_pct is None:
             return None
-        return (self.runq_pct or 0.0) + self.wait_input_pct
+        return self.wait_input_pct + (self.runq_after_input_pct or 0.0)
+
+    @property
+    def cpu_wait_pct(self) -> float | None:
+        """Waiting for a CPU, outside CUDA synchronization and not right after a batch."""
+        if self.runq_pct is None:
+            return None
+        rest = (self.gpu_sync_runq_pct or 0.0) + (self.runq_after_input_pct or 0.0)
+        return max(0.0, self.runq_pct - rest)
+
+    @property
+    def host_wait_pct(self) -> float | None:
+        """Run queue plus waiting for batches (measured), the host's share of its time.
+
+        Time inside a CUDA synchronization call is waiting for the GPU whatever the
+        thread did there, so its run-queue part is not the host's.
+        """
+        if self.wait_input_pct is None:
+            return None
+        return max(0.0, (self.runq_pct or 0.0) - (self.gpu_sync_runq_pct or 0.0)) + (
+            self.wait_input_pct
+        )
+
+    @property
+    def work_pct(self) -> float | None:
+        """On a CPU outside CUDA synchronization (its own work, loading batches included)."""
+        if self.offcpu_pct is None:
+            return None
+        return max(0.0, 100.0 - self.offcpu_pct - (self.gpu_sync_spin_pct or 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +384,10 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             preemptors=merge_preemptors((p.runq_pct or 0.0, p.preemptors) for p in ps),
             cpus_allowed=last.cpus_allowed,
             cpu_quota=last.cpu_quota,
+            runq_after_input_pct=_mean(p.runq_after_input_pct for p in ps),
+            gpu_sync_pct=_mean(p.gpu_sync_pct for p in ps),
+            gpu_sync_spin_pct=_mean(p.gpu_sync_spin_pct for p in ps),
+            gpu_sync_runq_pct=_mean(p.gpu_sync_runq_pct for p in ps),
         )
     return out
 
@@ -446,11 +490,28 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0f}%"
 
 
+def _gpu_wait_text(p: ProcAgg) -> str:
+    """``waited for the GPU 62% (inside CUDA synchronization, spinning 40%; measured)``."""
+    how = ""
+    if p.gpu_sync_spin_pct and p.gpu_sync_spin_pct >= 1.0:
+        how = f", spinning on a CPU {_pct(p.gpu_sync_spin_pct)}"
+    return f"waited for the GPU {_pct(p.gpu_sync_pct)} (inside CUDA synchronization{how}; measured)"
+
+
 def _trainer_line(p: ProcAgg, secs: str) -> str:
+    if p.measured and p.gpu_measured:
+        parts = [
+            f"trainer pid {p.pid} {_gpu_wait_text(p)} of the last {secs} s",
+            f"waited for batches {_pct(p.data_wait_pct)} and for a CPU {_pct(p.cpu_wait_pct)}",
+            f"worked on a CPU {_pct(p.work_pct)}",
+        ]
+        if p.wait_thread_pct:
+            parts.append(f"woken by its own threads {_pct(p.wait_thread_pct)}")
+        return ", ".join(parts)
     if p.measured:
         parts = [
-            f"trainer pid {p.pid} waited for batches {_pct(p.wait_input_pct)} of the last {secs} s"
-            f" and for a CPU {_pct(p.runq_pct)}",
+            f"trainer pid {p.pid} waited for batches {_pct(p.data_wait_pct)} of the last {secs} s"
+            f" and for a CPU {_pct(p.cpu_wait_pct)}",
             f"on a CPU {_pct(None if p.offcpu_pct is None else 100.0 - p.offcpu_pct)}",
             f"woken by interrupts (GPU, timers) {_pct(p.wait_irq_pct)}",
         ]
@@ -502,7 +563,8 @@ def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
         tr = max((p for p in trainers if p.measured), key=lambda p: p.host_wait_pct or 0.0)
     else:
         tr = max(trainers, key=lambda p: p.offcpu_pct or 0.0)
-    trainer_starved = (tr.runq_pct or 0.0) >= t.runq_high_pct
+    # Waiting for a CPU inside CUDA synchronization is waiting for the GPU (precedence).
+    trainer_starved = (tr.runq_pct or 0.0) - (tr.gpu_sync_runq_pct or 0.0) >= t.runq_high_pct
     workers_starved = wk is not None and (wk.runq_pct or 0.0) >= t.runq_high_pct
     if measured:
         waits = (tr.host_wait_pct or 0.0) >= t.host_wait_pct
@@ -625,6 +687,9 @@ def classify(
             return _throttled(gpu, gpu_line, secs)
         if real_low is True and hs.input:
             return _Judgement("input_bound", (gpu_line, *hs.evidence), _input_fixes(job, host, hs))
+        loader = _self_loading(job, b)
+        if real_low is True and loader is not None:
+            return _self_load_judgement(loader, job, host, gpu_line, secs)
         if real_low is True:
             return _Judgement(
                 "low_sm_efficiency",
@@ -653,6 +718,9 @@ def classify(
         )
     if hs.input:
         return _Judgement("input_bound", (gpu_line, *hs.evidence), _input_fixes(job, host, hs))
+    loader = _self_loading(job, b)
+    if loader is not None:
+        return _self_load_judgement(loader, job, host, gpu_line, secs)
     if not job.dataloaders:
         loading = [p for p in job.trainers if p.cpu_pct >= t.trainer_busy_pct]
         if loading:
@@ -678,6 +746,43 @@ def classify(
             ev = (gpu_line, f"no process is using GPU {gpu.index}")
         return _Judgement("idle", ev, ())
     return _Judgement("ok", (gpu_line,), ())
+
+
+def _self_loading(job: Job, t: Thresholds) -> ProcAgg | None:
+    """A trainer without DataLoader workers that measurably spends its time loading batches.
+
+    Only where its CUDA synchronization is measured: its on-CPU time outside it is
+    its own work (a spinning wait for the GPU is not), and loading batches is the
+    work a trainer without workers does between GPU steps.
+    """
+    if job.dataloaders:
+        return None
+    loading = [
+        p
+        for p in job.trainers
+        if p.gpu_measured and p.work_pct is not None and p.work_pct >= t.self_load_pct
+    ]
+    return max(loading, key=lambda p: p.work_pct or 0.0, default=None)
+
+
+def _self_load_judgement(
+    p: ProcAgg, job: Job, host: HostAgg, gpu_line: str, secs: str
+) -> _Judgement:
+    free = free_cpus(_host_facts(job, host))
+    return _Judgement(
+        "input_bound",
+        (
+            gpu_line,
+            f"trainer pid {p.pid} loads its own batches (no DataLoader workers): on a CPU"
+            f" {_pct(p.work_pct)} of the last {secs} s outside CUDA synchronization, and"
+            f" {_gpu_wait_text(p)}",
+        ),
+        (
+            f"use DataLoader(num_workers=N) with N up to the {free} free CPU(s) of this host,"
+            " so batches are made while the GPU computes",
+            "DataLoader(..., persistent_workers=True, pin_memory=True)",
+        ),
+    )
 
 
 def _gpu_line(gpu: GpuAgg, secs: str) -> str:
@@ -781,10 +886,16 @@ def _no_host_cause_line(hs: HostSide, host: HostAgg, secs: str) -> str:
             "the GPU's processes are not visible here (containers?): the host side cannot"
             " be judged, so none is blamed"
         )
+    if hs.measured and p.gpu_measured:
+        return (
+            f"the host is not what holds the GPU back: trainer pid {p.pid} {_gpu_wait_text(p)}"
+            f" of the last {secs} s, and waited for batches {_pct(p.data_wait_pct)} and for a"
+            f" CPU {_pct(p.cpu_wait_pct)} (measured); CPUs {_f(host.cpu_pct)}% busy"
+        )
     if hs.measured:
         return (
             f"the host is not what holds the GPU back: trainer pid {p.pid} waited for batches"
-            f" {_pct(p.wait_input_pct)} and for a CPU {_pct(p.runq_pct)} of the last {secs} s"
+            f" {_pct(p.data_wait_pct)} and for a CPU {_pct(p.cpu_wait_pct)} of the last {secs} s"
             f" (measured); CPUs {_f(host.cpu_pct)}% busy"
         )
     wk = hs.workers

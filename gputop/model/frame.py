@@ -187,6 +187,16 @@ class ProcessSample:
     wait_thread_total_ms: float | None = None
     wait_irq_total_ms: float | None = None
     wait_other_total_ms: float | None = None
+    # The part of runq_pct right after a wake-up by the input pipeline: the batch had
+    # arrived and the main thread waited for a CPU to take it (eBPF only).
+    runq_after_input_pct: float | None = None
+    # Main thread inside CUDA synchronization calls (asleep, runnable or spinning), and
+    # the parts of that on a CPU (spinning) and waiting for one; None where not measured
+    # (no probe, or the process's libcuda not probed), a measured 0 where it maps it
+    # and never waits.
+    gpu_sync_pct: float | None = None
+    gpu_sync_spin_pct: float | None = None
+    gpu_sync_runq_pct: float | None = None
     cpus_allowed: tuple[int, ...] | None = None
     """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
     cpu_quota: float | None = None

@@ -10,6 +10,7 @@ exited keeps its charts until it is closed).
 from __future__ import annotations
 
 import math
+import operator
 from array import array
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -18,20 +19,14 @@ from dataclasses import dataclass
 from gputop.model.diagnosis import Thresholds
 from gputop.model.frame import Frame, ProcessSample, Verdict, VerdictState
 from gputop.model.framestore import FrameStore
+from gputop.model.waits import SPLIT_FIELDS
 
 GPU_METRICS = ("util", "sm_active", "power_pct", "mem_util")
-# What the drill-down draws: the time split, run-queue and preemptions.
-PROC_METRICS = (
-    "offcpu_pct",
-    "runq_pct",
-    "preempt_per_s",
-    "wait_input_pct",
-    "wait_irq_pct",
-    "wait_thread_pct",
-    "wait_other_pct",
-)
+# What the drill-down draws: the time split (waits.SPLIT_FIELDS), run-queue and preemptions.
+PROC_METRICS = (*SPLIT_FIELDS, "preempt_per_s")
 _GPU_INDEX = {m: i for i, m in enumerate(GPU_METRICS)}
 _PROC_INDEX = {m: i for i, m in enumerate(PROC_METRICS)}
+_proc_row = operator.attrgetter(*PROC_METRICS)
 DEPARTED_KEEP_S = Thresholds().window_s
 """How long a process that left the frames keeps its series: the diagnosis window."""
 
@@ -164,19 +159,7 @@ class History:
             if ps is None:
                 ps = self._proc[key] = _Series(len(PROC_METRICS), n)
                 self.preempt_base[key] = p.preempt_total
-            ps.put(
-                n,
-                (
-                    p.offcpu_pct,
-                    p.runq_pct,
-                    p.preempt_per_s,
-                    p.wait_input_pct,
-                    p.wait_irq_pct,
-                    p.wait_thread_pct,
-                    p.wait_other_pct,
-                ),
-                cap,
-            )
+            ps.put(n, _proc_row(p), cap)
             self._latest[key] = p
         gone = [k for k, s in self._proc.items() if n + 1 - s.end > self.linger]
         for key in gone:

@@ -22,22 +22,29 @@ WAKE_INPUT = 1  # its input pipeline: a worker or pin-memory thread of its train
 WAKE_THREAD = 2  # another thread of its own process
 WAKE_IRQ = 3  # interrupt context (timers, device interrupts, IPIs)
 WAKE_OTHER = 4  # another process
-WAKE_CLASSES = 5
+WAKE_SYNC = 5  # blocked inside a CUDA synchronization call: waiting for the GPU, whoever woke it
+WAKE_CLASSES = 6
 
 HIST_SLOTS = 40  # log2 buckets of off-CPU stretches (ns): 2^39 ns is about 9 minutes
 WAIT_SLOTS = 4  # watched threads that can wait in one CPU's run queue at a time
+
+# Flags of the activity map: what a process did since user space last drained it.
+ACT_RAN = 1  # one of its threads left a CPU (ran), or it exited
+ACT_EXEC = 2  # it called exec: its name and command line changed
 
 # Indices of the errors map: failed map updates the probe counts.
 ERR_THREAD_MAP_FULL = 0
 ERR_GROUP_MAP_FULL = 1
 ERR_NOT_PREV = 2  # "current" was not sched_switch's prev (should never happen)
 ERR_AUX_MAP_FULL = 3  # the preemptor or waker map
-ERROR_SLOTS = 4
+ERR_ACTIVITY_FULL = 4  # the activity map: user space must scan /proc whole
+ERROR_SLOTS = 5
 ERROR_NAMES = (
     "thread map full",
     "process map full",
     "current was not the outgoing task",
     "preemptor map full",
+    "activity map full",
 )
 
 # Map bounds the object is built with; the loader resizes every map before loading.
@@ -54,13 +61,17 @@ CONSTANTS = (
     "WAKE_THREAD",
     "WAKE_IRQ",
     "WAKE_OTHER",
+    "WAKE_SYNC",
     "WAKE_CLASSES",
     "HIST_SLOTS",
     "WAIT_SLOTS",
+    "ACT_RAN",
+    "ACT_EXEC",
     "ERR_THREAD_MAP_FULL",
     "ERR_GROUP_MAP_FULL",
     "ERR_NOT_PREV",
     "ERR_AUX_MAP_FULL",
+    "ERR_ACTIVITY_FULL",
     "ERROR_SLOTS",
     "DEFAULT_MAX_THREADS",
     "DEFAULT_MAX_TGIDS",
@@ -100,9 +111,16 @@ class ThreadT(AbiStruct):
         ("tgid", ctypes.c_uint32),
         ("runnable", ctypes.c_uint32),
         ("wait_ns", ctypes.c_uint64 * WAKE_CLASSES),
+        ("sync_since", ctypes.c_uint64),
+        ("sync_ns", ctypes.c_uint64),
+        ("sync_oncpu_ns", ctypes.c_uint64),
+        ("sync_runq_ns", ctypes.c_uint64),
+        ("runq_after_input_ns", ctypes.c_uint64),
         ("wake_class", ctypes.c_uint32),
         ("wait_slot", ctypes.c_uint32),
         ("waker_tgid", ctypes.c_uint32),
+        ("sync_depth", ctypes.c_uint32),
+        ("active_ep", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
@@ -120,6 +138,13 @@ class ThreadT(AbiStruct):
         "wake_class": "class of the waking that ended the current blocked stretch",
         "wait_slot": "a watched thread waiting for a CPU: its slot in cpu_waiters + 1",
         "waker_tgid": "WAKE_OTHER of a watched thread: the waking process",
+        "sync_since": "when the outermost CUDA synchronization call in progress began",
+        "sync_ns": "time inside CUDA synchronization calls that have returned",
+        "sync_oncpu_ns": "of which on a CPU (spinning)",
+        "sync_runq_ns": "of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_SYNC])",
+        "runq_after_input_ns": "run-queue wait right after a wake-up by the input pipeline",
+        "sync_depth": "CUDA synchronization calls in progress (nested calls count once)",
+        "active_ep": "epoch + 1 in which its process was last marked in the activity map",
     }
 
 

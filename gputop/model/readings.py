@@ -1,13 +1,18 @@
-"""What the scheduler probe read in one interval: plain values, the model's input.
+"""What the sources read in one tick: plain values, the model's input.
 
-The probe (``sources/sched_probe.py``) reads its kernel maps; the pure accounting
-(``model/sched_intervals.py``) turns those rows into these deltas; the join stage
-puts them into each process's row.
+/proc (``sources/procfs.py``) gives a ``ProcScan`` of every process and a
+``ProcDetail`` of each one chosen to be shown; the scheduler probe reads its
+kernel maps and the pure accounting (``model/sched_intervals.py``) turns them
+into a ``ProbeReading``; the join stage (``model/hostjoin.py``) builds each
+process's row from them and names the ``Pipeline`` the probe watches next.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from gputop.model.frame import HostSample, ProcessSample, ThreadSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,14 @@ class TaskSched:
     # waker is known: (input, thread, irq, other) ns. Differences between two
     # reads give a window's split exactly, pending stretches included once woken.
     wait_totals_ns: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # Inside CUDA synchronization calls (per thread; 0 where libcuda is not probed):
+    # all of it, and the parts on a CPU (spinning), runnable, and blocked.
+    sync_ns: int = 0
+    sync_oncpu_ns: int = 0
+    sync_runq_ns: int = 0
+    wait_sync_ns: int = 0
+    # Run-queue wait right after a wake-up by the input pipeline (the batch arrived).
+    runq_after_input_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +76,121 @@ class ProbeReading:
     # () when watched for the whole interval and never preempted. Processes not
     # watched for the whole interval are absent.
     preemptors: dict[int, tuple[PreemptorTime, ...]] = field(default_factory=dict)
+    # Processes whose CUDA driver library is probed (their sync time is measured, 0 included).
+    cuda_tgids: frozenset[int] = frozenset()
+    # Processes that ran, exited or exec'd in the interval (or run now): the only ones
+    # /proc must read again. None: not known (every process must be read).
+    active: frozenset[int] | None = None
+    execd: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """One process as its ``/proc/PID/stat`` read this tick, with its CPU share since the last."""
+
+    pid: int
+    ppid: int
+    comm: str
+    state: str
+    start: int  # start time in clock ticks since boot: with pid, the process's identity
+    nthreads: int
+    kthread: bool
+    cpu_pct: float  # % of one CPU since the previous scan (0 on the first)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcScan:
+    """The first /proc pass of a tick: the host and one stat line of every process."""
+
+    host: HostSample
+    procs: Mapping[int, ProcStat]
+    dt: float | None  # seconds since the previous scan; None on the first
+    # The processes whose stat line was read this time (None: all of them), and the
+    # ones with a CPU share above 0: the rest did not run since the last scan.
+    read: frozenset[int] | None = None
+    busy: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerIdentity:
+    """A process's container (id, runtime) and, under Kubernetes, its pod."""
+
+    container_id: str | None = None
+    runtime: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcDetail:
+    """The second /proc pass, for one process chosen to be shown: its threads and totals.
+
+    Thread samples carry /proc's estimates (schedstat and the switch counters);
+    the join stage puts the probe's numbers over them where it has them.
+    ``switch_totals``: tid -> (voluntary, involuntary) switches since the
+    thread started. ``rates``: the process's threads were read last tick too,
+    so ``d_vol``/``d_invol`` cover one interval (else they are 0 and the
+    per-second rates are not known yet).
+    """
+
+    cmdline: str
+    user: str
+    threads: tuple[ThreadSample, ...]
+    switch_totals: Mapping[int, tuple[int, int]]
+    d_vol: int
+    d_invol: int
+    rates: bool
+    vcsw_total: int  # voluntary switches of the process since gputop first read its threads
+    preempt_total: int  # involuntary ones, likewise
+    cpus_allowed: tuple[int, ...] | None = None  # read for training jobs only
+    cpu_quota: float | None = None
+    identity: ContainerIdentity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """What the probe watches: who feeds which trainer, and whose preemptors to record.
+
+    ``feeds``: a DataLoader worker process (tgid), thread worker or pin-memory
+    thread (tid) -> the pid of the trainer it feeds. ``watched``: trainers and
+    worker processes, the processes whose lost CPU time the diagnosis explains.
+    ``tids``: the threads of every process shown, whose kernel rows the probe
+    reads (an idle process nobody shows costs the probe nothing).
+    """
+
+    feeds: Mapping[int, int] = field(default_factory=dict)
+    watched: frozenset[int] = frozenset()
+    # The threads of the rows shown: the probe reads their rows only (None: every row).
+    tids: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostReading:
+    """A tick's host and the processes worth showing, joined from /proc and the probe.
+
+    ``pipeline``: what the probe must watch from its next read on (the join's
+    output; see ``model/hostjoin.py``).
+    """
+
+    host: HostSample
+    processes: tuple[ProcessSample, ...]
+    all_count: int
+    pipeline: Pipeline = field(default_factory=lambda: Pipeline())
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    """What the GPU source says about one process: its GPUs, memory and SM share."""
+
+    indices: tuple[int, ...] = ()
+    mem_mib: int | None = None
+    sm_pct: float | None = None
+
+    def plus(self, index: int, mem_mib: int | None, sm_pct: float | None) -> GpuUse:
+        """This use with one more GPU's numbers added."""
+        return GpuUse(
+            (*self.indices, index),
+            self.mem_mib if mem_mib is None else (self.mem_mib or 0) + mem_mib,
+            self.sm_pct if sm_pct is None else (self.sm_pct or 0.0) + sm_pct,
+        )

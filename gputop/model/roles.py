@@ -49,6 +49,7 @@ def assign_roles(
     comms: Mapping[int, str],
     gpu_pids: Iterable[int],
     cmdline_of: Callable[[int], str],
+    workers: Iterable[int] | None = None,
 ) -> dict[int, tuple[Role, int | None]]:
     """Role and trainer pid for every process that has a role other than ``other``.
 
@@ -56,13 +57,17 @@ def assign_roles(
     worker that is neither a worker nor a multiprocessing helper (spawn and
     forkserver put a process in between). A worker whose ancestors include a GPU
     holder belongs to that GPU holder even when a helper sits in between.
+    ``workers``: the pids whose name makes them DataLoader workers, where the
+    caller keeps that index (else every name is looked at).
     """
     gpu = set(gpu_pids)
     roles: dict[int, tuple[Role, int | None]] = {}
     for pid in gpu:
         if pid in parents:
             roles[pid] = ("trainer", pid)
-    for pid, comm in comms.items():
+    candidates = comms if workers is None else workers
+    for pid in candidates:
+        comm = comms.get(pid, "")
         if process_role_from_comm(comm) != "dataloader":
             continue
         trainer = _find_trainer(pid, parents, comms, gpu, cmdline_of)

@@ -34,6 +34,7 @@ from gputop.model.probe_abi import (
     WAKE_IRQ,
     WAKE_NONE,
     WAKE_OTHER,
+    WAKE_SYNC,
     WAKE_THREAD,
     GroupT,
     ThreadT,
@@ -47,9 +48,20 @@ _WAKE_FIELD_OF = {
     WAKE_THREAD: "wait_thread_ns",
     WAKE_IRQ: "wait_irq_ns",
     WAKE_OTHER: "wait_other_ns",
+    WAKE_SYNC: "wait_sync_ns",
 }
 _WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
-_CUM_FIELDS = ("runq_ns", "blocked_ns", "oncpu_ns", "nivcsw", "nvcsw", "missed", *_WAKE_FIELDS)
+_SYNC_FIELDS = ("sync_ns", "sync_oncpu_ns", "sync_runq_ns", "runq_after_input_ns")
+_CUM_FIELDS = (
+    "runq_ns",
+    "blocked_ns",
+    "oncpu_ns",
+    "nivcsw",
+    "nvcsw",
+    "missed",
+    *_WAKE_FIELDS,
+    *_SYNC_FIELDS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,12 @@ class _Cum:
     wait_thread_ns: int = 0
     wait_irq_ns: int = 0
     wait_other_ns: int = 0
+    wait_sync_ns: int = 0
+    # Threads only: CUDA synchronization and the run-queue wait after an input wake-up.
+    sync_ns: int = 0
+    sync_oncpu_ns: int = 0
+    sync_runq_ns: int = 0
+    runq_after_input_ns: int = 0
 
     def add(self, other: _Cum) -> None:
         for f in _CUM_FIELDS:
@@ -128,7 +146,9 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
 
     The stretch is split the way the probe will split it when it ends, except
     for a blocked stretch nobody has woken yet: its waker is unknown, so it is
-    returned as pending instead of being put in a class.
+    returned as pending instead of being put in a class. Inside a CUDA
+    synchronization call every stretch is waiting for the GPU, so nothing there
+    is pending.
     """
     wait = [int(x) for x in t.wait_ns]
     cur = _Cum(
@@ -139,25 +159,44 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
         int(t.nivcsw),
         int(t.nvcsw),
         int(t.missed),
+        sync_ns=int(t.sync_ns),
+        sync_oncpu_ns=int(t.sync_oncpu_ns),
+        sync_runq_ns=int(t.sync_runq_ns),
+        runq_after_input_ns=int(t.runq_after_input_ns),
     )
     pending = None
     out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
+    in_sync = int(t.sync_depth) > 0
+    sync_since = int(t.sync_since)
+    if in_sync and sync_since and now > sync_since:
+        cur.sync_ns += now - sync_since
     if out_ts and now > out_ts:
         if t.runnable:
             cur.runq_ns += now - out_ts
+            if in_sync:
+                cur.sync_runq_ns += now - out_ts
         else:
             blocked = now - out_ts
+            runq = 0
             if out_ts < wake_ts < now:
                 blocked = wake_ts - out_ts
-                cur.runq_ns += now - wake_ts
+                runq = now - wake_ts
+                cur.runq_ns += runq
             cur.blocked_ns += blocked
             cls = int(t.wake_class)
-            if cls == WAKE_NONE and wake_ts == 0:
+            if in_sync:
+                wait[WAKE_SYNC] += blocked
+                cur.sync_runq_ns += runq
+            elif cls == WAKE_NONE and wake_ts == 0:
                 pending = _Pending(out_ts, blocked)
             else:
                 wait[min(cls, WAKE_OTHER)] += blocked
+                if cls == WAKE_INPUT:
+                    cur.runq_after_input_ns += runq
     elif in_ts and now > in_ts:
         cur.oncpu_ns += now - in_ts
+        if in_sync:
+            cur.sync_oncpu_ns += now - max(in_ts, sync_since)
     for f, v in zip(_WAKE_FIELDS, wait, strict=True):
         setattr(cur, f, v)
     return cur, pending
@@ -280,6 +319,11 @@ class SchedIntervals:
                 wait_irq_ns=d.wait_irq_ns,
                 wait_other_ns=d.wait_other_ns,
                 wait_pending_ns=_new_pending(self._pending.get(tid), pending, d.wait_unknown_ns),
+                sync_ns=d.sync_ns,
+                sync_oncpu_ns=d.sync_oncpu_ns,
+                sync_runq_ns=d.sync_runq_ns,
+                wait_sync_ns=d.wait_sync_ns,
+                runq_after_input_ns=d.runq_after_input_ns,
                 other_wakers=self._woke_deltas(tid, woke.get(tid, {})),
                 wait_totals_ns=(
                     base.wait_input_ns,

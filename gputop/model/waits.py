@@ -4,6 +4,14 @@ Pure model code shared by the main screen's time bar and the drill-down's chart.
 With the eBPF probe the blocked time is split by who woke the thread (its input
 pipeline, an interrupt, another thread or process); under /proc alone only
 on-CPU, waiting for a CPU and blocked are known, and the split says so.
+
+Where the probe measures CUDA synchronization (the trainer's libcuda is probed),
+time inside a synchronizing call is waiting for the GPU whatever the thread did
+there (spun on a CPU, waited for one, slept), and is taken out of the other
+parts. Waiting for batches is the blocked time ended by the input pipeline plus
+the run-queue wait right after it (the batch had arrived; taking it needed a
+CPU). Without the CUDA measurement, blocked time ended by an interrupt stands in
+for the GPU part, inferred.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ class Segment:
     """One part of the split: what the time was spent on, its share, and a short label."""
 
     key: str
-    """``cpu``, ``runq``, ``input``, ``irq``, ``other`` or (under /proc) ``blocked``."""
+    """``cpu``, ``runq``, ``input``, ``gpu`` (measured) or ``irq`` (inferred), ``other``, or
+    (under /proc) ``blocked``."""
     label: str
     pct: float
 
@@ -26,12 +35,14 @@ class Segment:
 LABELS = {
     "cpu": "on-CPU",
     "runq": "CPU wait",
-    "input": "input wait",
-    "irq": "GPU/irq wait",
+    "input": "waiting for batches",
+    "gpu": "GPU wait",
+    "irq": "GPU/irq wait (inferred)",
     "other": "other",
     "blocked": "blocked",
 }
 MEASURED_KEYS = ("cpu", "runq", "input", "irq", "other")
+GPU_KEYS = ("cpu", "runq", "input", "gpu", "other")
 PROC_KEYS = ("cpu", "runq", "blocked")
 
 
@@ -55,16 +66,24 @@ def _clamp(v: float) -> float:
     return max(0.0, min(100.0, v))
 
 
+# The sample's fields split_of takes, in its order (the drill-down keeps each as a series).
+SPLIT_FIELDS = (
+    "offcpu_pct",
+    "runq_pct",
+    "wait_input_pct",
+    "wait_irq_pct",
+    "wait_thread_pct",
+    "wait_other_pct",
+    "runq_after_input_pct",
+    "gpu_sync_pct",
+    "gpu_sync_spin_pct",
+    "gpu_sync_runq_pct",
+)
+
+
 def wait_split(p: ProcessSample) -> WaitSplit | None:
     """The split of ``p``'s main thread; None where its off-CPU share is unknown."""
-    return split_of(
-        p.offcpu_pct,
-        p.runq_pct,
-        p.wait_input_pct,
-        p.wait_irq_pct,
-        p.wait_thread_pct,
-        p.wait_other_pct,
-    )
+    return split_of(*(getattr(p, f) for f in SPLIT_FIELDS))
 
 
 def split_of(
@@ -74,6 +93,10 @@ def split_of(
     wait_irq_pct: float | None,
     wait_thread_pct: float | None,
     wait_other_pct: float | None,
+    runq_after_input_pct: float | None = None,
+    gpu_sync_pct: float | None = None,
+    gpu_sync_spin_pct: float | None = None,
+    gpu_sync_runq_pct: float | None = None,
 ) -> WaitSplit | None:
     """The split from a process's numbers (a sample's, or one point of its series)."""
     if offcpu_pct is None:
@@ -85,15 +108,41 @@ def split_of(
         parts = {"cpu": cpu, "runq": runq, "blocked": max(0.0, off - runq)}
         return WaitSplit(False, tuple(Segment(k, LABELS[k], parts[k]) for k in PROC_KEYS))
     blocked = max(0.0, off - runq)
+    # Inside CUDA synchronization: on a CPU (spinning), runnable, and the rest blocked.
+    sync = max(0.0, gpu_sync_pct or 0.0)
+    spin = _clamp(min(cpu, gpu_sync_spin_pct or 0.0))
+    sync_runq = _clamp(min(runq, gpu_sync_runq_pct or 0.0))
+    sync_blocked = min(blocked, max(0.0, sync - spin - sync_runq))
+    after_input = _clamp(min(runq - sync_runq, runq_after_input_pct or 0.0))
     inp = max(0.0, wait_input_pct)
     irq = max(0.0, wait_irq_pct or 0.0)
     rest = max(0.0, (wait_thread_pct or 0.0) + (wait_other_pct or 0.0))
     # A stretch is reported under its waker when it ends, so one frame's classes can
-    # hold earlier frames' blocked time: scale them into this frame's blocked share.
-    # Blocked time no waker is known for yet (still asleep at the tick) counts as other.
+    # hold earlier frames' blocked time: scale them into this frame's blocked share
+    # (outside synchronization). Blocked time no waker is known for yet (still asleep
+    # at the tick) counts as other.
+    free = blocked - sync_blocked
     total = inp + irq + rest
-    scale = blocked / total if total > blocked else 1.0
+    scale = free / total if total > free else 1.0
     inp, irq = inp * scale, irq * scale
-    other = max(0.0, blocked - inp - irq)
-    parts = {"cpu": cpu, "runq": runq, "input": inp, "irq": irq, "other": other}
-    return WaitSplit(True, tuple(Segment(k, LABELS[k], parts[k]) for k in MEASURED_KEYS))
+    other = max(0.0, free - inp - irq)
+    if gpu_sync_pct is None:
+        parts = {
+            "cpu": cpu,
+            "runq": runq - after_input,
+            "input": inp + after_input,
+            "irq": irq,
+            "other": other,
+        }
+        keys = MEASURED_KEYS
+    else:
+        parts = {
+            "cpu": cpu - spin,
+            "runq": runq - sync_runq - after_input,
+            "input": inp + after_input,
+            "gpu": spin + sync_runq + sync_blocked,
+            # Interrupt wake-ups outside synchronization are not the GPU's: other.
+            "other": other + irq,
+        }
+        keys = GPU_KEYS
+    return WaitSplit(True, tuple(Segment(k, LABELS[k], parts[k]) for k in keys))

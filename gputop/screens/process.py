@@ -19,22 +19,13 @@ from textual_plotext import PlotextPlot
 from gputop.messages import KillRequested, StackDumped
 from gputop.model.frame import ProcessSample
 from gputop.model.history import History
-from gputop.model.waits import split_of, wait_split
+from gputop.model.waits import SPLIT_FIELDS, split_of, wait_split
 from gputop.procctl import pyspy_dump
 
 CHARTS = (
     ("split", "where the time goes %"),
     ("runq_pct", "run-queue %"),
     ("preempt_per_s", "preempt/s"),
-)
-# The series the split chart is drawn from, in split_of's order.
-SPLIT_METRICS = (
-    "offcpu_pct",
-    "runq_pct",
-    "wait_input_pct",
-    "wait_irq_pct",
-    "wait_thread_pct",
-    "wait_other_pct",
 )
 
 
@@ -66,6 +57,7 @@ SPLIT_COLOURS = {
     "runq": "red",
     "input": "yellow",
     "irq": "blue",
+    "gpu": "cyan",
     "other": "magenta",
     "blocked": "blue",
 }
@@ -242,7 +234,7 @@ class ProcessScreen(Screen[None]):
         Five lines with a legend would not fit a 5-row chart: the areas carry the
         colours of the "last interval" key in the side panel instead.
         """
-        columns = [self.history.proc_series(self.key, m) for m in SPLIT_METRICS]
+        columns = [self.history.proc_series(self.key, m) for m in SPLIT_FIELDS]
         ticks = self.history.ticks
         xs: list[float] = []
         splits = []

@@ -36,6 +36,7 @@ VMLINUX_ROOTS = (
     "trace_event_raw_sched_wakeup_template",
     "trace_event_raw_sched_process_exit",
     "trace_event_raw_sched_process_template",
+    "trace_event_raw_sched_process_exec",
     "u8",
     "u32",
     "u64",

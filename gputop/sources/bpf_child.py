@@ -126,6 +126,12 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     compile_s = time.monotonic() - started
     _attach_pairs(bpf, json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")))
+    # Programs the parent attaches itself later (uprobes): loaded, handed over unattached.
+    for name in json.loads(os.environ.get("GPUTOP_BPF_LOAD", "[]")):
+        try:
+            bpf.load_func(name.encode(), bcc.BPF.KPROBE)
+        except Exception:  # noqa: BLE001 - refused: the parent finds it missing
+            continue
     fds: list[int] = []
     programs = []
     for name, fn in bpf.funcs.items():

@@ -162,13 +162,15 @@ def spawn(
     cflags: list[str],
     nice: int = 19,
     attach_pairs: Sequence[tuple[str, str, str, str]] = (),
+    load_only: Sequence[str] = (),
 ) -> Spawned:
     """Start the compiler child; it begins compiling at once.
 
     ``nice``: the child's CPU priority. ``attach_pairs``: (entry tracepoint,
     its program, exit tracepoint, its program) for functions that are not
     ``TRACEPOINT_PROBE``s; the child attaches each pair it can (exit first) and
-    drops a pair the kernel refuses.
+    drops a pair the kernel refuses. ``load_only``: kprobe-type programs to load
+    and hand over without attaching (the parent attaches them as uprobes).
     """
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # bcc and clang write warnings (and, when they find no headers, to stdout):
@@ -178,6 +180,7 @@ def spawn(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
     env["GPUTOP_BPF_NICE"] = str(nice)
     env["GPUTOP_BPF_ATTACH"] = json.dumps([list(p) for p in attach_pairs])
+    env["GPUTOP_BPF_LOAD"] = json.dumps(list(load_only))
     try:
         proc = subprocess.Popen(
             [

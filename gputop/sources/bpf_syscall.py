@@ -56,6 +56,7 @@ BPF_PROG_GET_NEXT_ID = 11
 BPF_PROG_GET_FD_BY_ID = 13
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
+BPF_MAP_LOOKUP_AND_DELETE_BATCH = 25
 BPF_LINK_GET_NEXT_ID = 31
 
 BPF_ANY = 0
@@ -254,6 +255,63 @@ def prog_info(fd: int) -> ProgInfo:
     return info
 
 
+_UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+
+
+def uprobe_pmu() -> tuple[int, int] | None:
+    """(the uprobe PMU's perf type, the config bit of its retprobe flag); None without uprobes."""
+    try:
+        with open(f"{_UPROBE_PMU}/type", encoding="ascii") as f:
+            pmu = int(f.read().strip())
+        with open(f"{_UPROBE_PMU}/format/retprobe", encoding="ascii") as f:
+            bit = int(f.read().strip().split(":")[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pmu, bit
+
+
+def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> int:
+    """Attach a kprobe-type program at ``offset`` of the file ``path``, in every process.
+
+    Returns the perf-event fd that holds the attachment. The kernel resolves
+    ``path`` to its inode when the event is made: a path under ``/proc/PID/root``
+    reaches a library inside that process's container.
+    """
+    pmu = uprobe_pmu()
+    if pmu is None:
+        raise BpfError(errno.ENOENT, "this kernel has no uprobe PMU (CONFIG_UPROBES)")
+    pmu_type, ret_bit = pmu
+    libc = _libc_handle()
+    name = ctypes.create_string_buffer(os.fsencode(path))
+    attr = _PerfEventAttr(
+        type=pmu_type,
+        size=ctypes.sizeof(_PerfEventAttr),
+        config=(1 << ret_bit) if retprobe else 0,
+        config1=ctypes.addressof(name),
+        config2=offset,
+    )
+    nr = _syscall_nr(_SYS_PERF_EVENT_OPEN, "perf_event_open(2)")
+    fd = _checked(
+        int(
+            libc.syscall(
+                ctypes.c_long(nr),
+                ctypes.byref(attr),
+                ctypes.c_int(-1),
+                ctypes.c_int(0),
+                ctypes.c_int(-1),
+                ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC),
+            )
+        )
+    )
+    try:
+        for request, arg in ((_PERF_EVENT_IOC_SET_BPF, prog_fd), (_PERF_EVENT_IOC_ENABLE, 0)):
+            _checked(int(libc.ioctl(fd, ctypes.c_ulong(request), ctypes.c_int(arg))))
+    except BpfError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _all_ids(cmd: int) -> set[int]:
     ids: set[int] = set()
     attr = _IdAttr(0, 0, 0)
@@ -337,6 +395,7 @@ class BpfMap:
                     " in gputop's mirror of the C structs"
                 )
         self._batch_ok = True
+        self._pop_batch_ok = True
 
     def __getitem__(self, key: Any) -> Any:
         k = self._key(key)
@@ -382,6 +441,31 @@ class BpfMap:
                 self._batch_ok = False
         return list(self._items_one_by_one())
 
+    def pop_all(self) -> list[tuple[Any, Any]]:
+        """Every (key, value), each removed as it is read (a hash map drained atomically per
+        entry where the kernel can: an entry added meanwhile is kept for the next drain)."""
+        if self._pop_batch_ok:
+            try:
+                return self._items_batch(BPF_MAP_LOOKUP_AND_DELETE_BATCH)
+            except BpfError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP, _ENOTSUPP, errno.ENOSYS):
+                    raise
+                self._pop_batch_ok = False
+        out = self.items()
+        for k, _ in out:
+            try:
+                del self[k]
+            except KeyError:
+                pass
+        return out
+
+    def get(self, key: Any) -> Any:
+        """The value at ``key``, or None."""
+        try:
+            return self[key]
+        except KeyError:
+            return None
+
     def keys(self) -> list[Any]:
         """Every key now."""
         return [k for k, _ in self.items()]
@@ -390,7 +474,7 @@ class BpfMap:
         """Every value now."""
         return [v for _, v in self.items()]
 
-    def _items_batch(self) -> list[tuple[Any, Any]]:
+    def _items_batch(self, cmd: int = BPF_MAP_LOOKUP_BATCH) -> list[tuple[Any, Any]]:
         out: list[tuple[Any, Any]] = []
         n = min(max(1, self.max_entries), _BATCH_ENTRIES)
         # The resume token is a bucket index (u32) for hash maps, a key for arrays.
@@ -413,7 +497,7 @@ class BpfMap:
             )
             done = False
             try:
-                bpf(BPF_MAP_LOOKUP_BATCH, attr)
+                bpf(cmd, attr)
             except BpfError as exc:
                 if exc.errno == errno.ENOSPC and attr.count == 0:
                     # One hash bucket holds more entries than fit: retry bigger.

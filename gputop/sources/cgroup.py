@@ -14,9 +14,10 @@ The pod's name and namespace are not in the path. The kubelet keeps each pod's l
 in ``/var/log/pods/<namespace>_<name>_<uid>/`` (names cannot hold ``_``), so with
 that directory mounted (read-only) the UID gives both.
 
-``ContainerTagger`` is the one place gputop attaches this to processes: it wraps
-the /proc source and adds the identity to each process it returns, read once per
-process (pid and start time) and kept while the process lives.
+``ContainerTagger`` is the one place gputop reads this: the /proc source whose
+``details()`` also carry each shown process's identity, read once per process
+(pid and start time) and kept while the process is shown; the join stage copies
+it into the process's row.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import replace
 
-from gputop.model.frame import ProcessSample
-from gputop.sources.procfs import HostReading, ProcSource
+from gputop.model.readings import ContainerIdentity, ProcDetail, ProcScan
+from gputop.sources.procfs import ProcSource
 
 POD_LOG_ROOT = "/var/log/pods"
 # How often an unknown pod UID may trigger a new listing of the pod log directory.
@@ -45,17 +46,6 @@ _BARE_ID = re.compile(rf"^{_ID}$")
 _POD = re.compile(
     r"^(?:kubepods-(?:burstable-|besteffort-)?pod([0-9a-f_]{36})\.slice|pod([0-9a-f-]{36}))$"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerIdentity:
-    """A process's container (id, runtime) and, under Kubernetes, its pod."""
-
-    container_id: str | None = None
-    runtime: str | None = None
-    pod_uid: str | None = None
-    pod_name: str | None = None
-    pod_namespace: str | None = None
 
 
 def cgroup_path(text: str) -> str | None:
@@ -132,54 +122,32 @@ class PodIndex:
 
 
 class ContainerTagger(ProcSource):
-    """The /proc source, with each process's container and pod identity filled in."""
+    """The /proc source, with each shown process's container and pod identity read too."""
 
-    def __init__(
-        self,
-        proc_root: str = "/proc",
-        top_n: int = 30,
-        pod_log_root: str = POD_LOG_ROOT,
-    ) -> None:
-        super().__init__(proc_root=proc_root, top_n=top_n)
+    def __init__(self, proc_root: str = "/proc", pod_log_root: str = POD_LOG_ROOT) -> None:
+        super().__init__(proc_root=proc_root)
         self.pods = PodIndex(pod_log_root)
         self._ids: dict[tuple[int, int], ContainerIdentity | None] = {}
 
-    def read(self, *args: Any, **kwargs: Any) -> HostReading:
-        # Whatever ProcSource.read takes, passed through untouched.
-        reading = super().read(*args, **kwargs)
+    def details(self, wanted: Mapping[int, bool], scan: ProcScan) -> dict[int, ProcDetail]:
+        out = super().details(wanted, scan)
         ids: dict[tuple[int, int], ContainerIdentity | None] = {}
-        out: list[ProcessSample] = []
-        changed = False
-        for p in reading.processes:
-            ident = self._identity(p, ids)
-            if ident is None:
-                out.append(p)
-                continue
-            changed = True
-            out.append(
-                replace(
-                    p,
-                    container_id=ident.container_id,
-                    container_runtime=ident.runtime,
-                    pod_uid=ident.pod_uid,
-                    pod_name=ident.pod_name,
-                    pod_namespace=ident.pod_namespace,
-                )
-            )
+        for pid, d in out.items():
+            ident = self._identity(pid, scan.procs[pid].start, ids)
+            if ident is not None:
+                out[pid] = replace(d, identity=ident)
         self._ids = ids  # processes no longer shown are forgotten
-        return replace(reading, processes=tuple(out)) if changed else reading
+        return out
 
     def _identity(
-        self, p: ProcessSample, ids: dict[tuple[int, int], ContainerIdentity | None]
+        self, pid: int, start: int, ids: dict[tuple[int, int], ContainerIdentity | None]
     ) -> ContainerIdentity | None:
-        key = (p.pid, p.start_time)
-        if key in ids:
-            return ids[key]
+        key = (pid, start)
         if key in self._ids:
             ident = self._ids[key]
         else:
             try:
-                with open(f"{self.root}/{p.pid}/cgroup") as fh:
+                with open(f"{self.root}/{pid}/cgroup") as fh:
                     path = cgroup_path(fh.read())
             except OSError:
                 path = None

@@ -1,37 +1,28 @@
-"""Host and per-process scheduling signals from /proc (no root needed).
+"""Host and per-process scheduling readings from /proc (no root needed). Reads only.
 
-Two passes per tick keep the cost linear and small: every process gets one read
-of ``/proc/PID/stat`` (CPU time, parent, name); only the processes that will be
-shown (GPU holders, trainers, DataLoader workers, top CPU consumers) get the
-per-thread reads (``task/*/schedstat`` and ``task/*/status``) that give run-queue
-wait, off-CPU share and context switches. Processes are keyed by (pid, start
-time) so a reused PID never inherits another process's counters.
+Two passes per tick keep the cost linear and small: ``scan()`` reads every
+process's ``/proc/PID/stat`` once (CPU time, parent, name); the model chooses
+the processes worth showing (``model/hostjoin.py``) and ``details()`` reads only
+their threads (``task/*/schedstat`` and ``task/*/status``: run-queue wait,
+off-CPU share and context switches). What a process *is* to a training job
+(its role), which rows are shown and how the probe's numbers replace these
+estimates are the model's. Processes are keyed by (pid, start time) so a reused
+PID never inherits another process's counters; their identity (command line,
+owner) is cached here until they exit.
 """
 
 from __future__ import annotations
 
-import heapq
 import os
 import pwd
-from collections.abc import Iterable
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from gputop.model.frame import (
-    HostSample,
-    Preemptor,
-    ProcessSample,
-    Role,
-    SourceStatus,
-    ThreadSample,
-)
-from gputop.model.readings import ProbeReading, TaskSched
-from gputop.model.roles import assign_roles, thread_role_from_comm
-from gputop.sources.base import GpuUse
-from gputop.sources.cpulimits import NOT_READ, job_cpu_limits
+from gputop.model.frame import HostSample, SourceStatus, ThreadSample
+from gputop.model.readings import ProcDetail, ProcScan, ProcStat
+from gputop.sources.cpulimits import cgroup_cpu_quota, cpus_allowed
 
 _PF_KTHREAD = 0x00200000
-# How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
-TRAINER_GRACE_S = 10.0
 _CMDLINE_MAX = 4096
 
 
@@ -130,31 +121,22 @@ class _ProcPrev:
     vcsw_total: int = 0
     detailed: bool = False
     user: str | None = None
-    # Main thread's "other process" wake-ups found to be its workers', ns so far.
-    moved_to_input_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class HostReading:
-    """What ProcSource returns: the host and the processes worth showing."""
-
-    host: HostSample
-    processes: tuple[ProcessSample, ...]
-    all_count: int
 
 
 class ProcSource:
     """Reads /proc. Construct with another root to read a fake tree in tests."""
 
-    def __init__(self, proc_root: str = "/proc", top_n: int = 30) -> None:
+    def __init__(self, proc_root: str = "/proc") -> None:
         self.root = proc_root.rstrip("/")
-        self.top_n = top_n
         self.clk_tck = os.sysconf("SC_CLK_TCK")
         self._prev: dict[tuple[int, int], _ProcPrev] = {}
         self._cmdlines: dict[tuple[int, int], str] = {}
         self._users: dict[int, str] = {}
-        self._trainers: dict[tuple[int, int], float] = {}
         self._cpu_prev: list[tuple[int, int]] | None = None
+        # Every process's last stat line (kept for those that did not run since), and
+        # those with a CPU share above 0 in the last scan.
+        self._stats: dict[int, ProcStat] = {}
+        self._busy: set[int] = set()
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
             self.root + "/1/schedstat"
@@ -256,136 +238,141 @@ class ProcSource:
             self._users[uid] = name
         return name
 
-    def read(
-        self,
-        now: float,
-        gpu_pids: Iterable[int] = (),
-        gpu_of: dict[int, GpuUse] | None = None,
-        probe: ProbeReading | None = None,
-    ) -> HostReading:
-        """One tick: the host, plus every process worth showing with its rates.
+    def scan(
+        self, now: float, active: Collection[int] | None = None, execd: Collection[int] = ()
+    ) -> ProcScan:
+        """The first pass: the host and every process's stat line, with its CPU share.
 
-        ``gpu_of`` maps pid to what the GPU source saw of it. ``probe``
-        overrides the /proc estimates of off-CPU and run-queue time when given,
-        and adds what only it measures (the wait split, preemptors).
+        ``active`` (from the eBPF probe): the only processes that ran, exited or
+        exec'd since the last scan; the others are known not to have used a CPU,
+        so their last stat line stands (CPU share 0) and costs nothing. None: read
+        every process (no probe, the first scan, or the probe lost track).
+        ``execd``: processes whose command line changed.
         """
         host = self.read_host()
         dt = None if self._last_t is None else max(1e-6, now - self._last_t)
         self._last_t = now
-        gpu_of = gpu_of or {}
-        stats: dict[int, _Stat] = {}
-        cpu_pct: dict[int, float] = {}
+        for pid in execd:
+            for key in [k for k in self._cmdlines if k[0] == pid]:
+                del self._cmdlines[key]
+        if active is None or not self._stats:
+            self._full_scan(dt)
+            read = None
+        else:
+            read = self._active_scan(dt, active)
+        return ProcScan(
+            host=host, procs=dict(self._stats), dt=dt, read=read, busy=frozenset(self._busy)
+        )
+
+    def _stat(self, st: _Stat, dt: float | None) -> ProcStat:
+        """A process's stat line as a ProcStat, its CPU share since its last read."""
+        key = (st.pid, st.start)
+        prev = self._prev.get(key)
+        cpu = 0.0
+        if prev is None:
+            self._prev[key] = _ProcPrev(st.ticks)
+        else:
+            if dt is not None:
+                cpu = max(0.0, 100.0 * (st.ticks - prev.ticks) / self.clk_tck / dt)
+            prev.ticks = st.ticks
+        return ProcStat(
+            pid=st.pid,
+            ppid=st.ppid,
+            comm=st.comm,
+            state=st.state,
+            start=st.start,
+            nthreads=st.nthreads,
+            kthread=st.kthread,
+            cpu_pct=cpu,
+        )
+
+    def _full_scan(self, dt: float | None) -> None:
         try:
             entries = os.listdir(self.root)
         except OSError:
             entries = []
         root = self.root
+        stats: dict[int, ProcStat] = {}
         for name in entries:
             if not name.isdigit():
                 continue
             raw = _read(f"{root}/{name}/stat")
-            if raw is None:
+            st = parse_stat(raw) if raw is not None else None
+            if st is not None:
+                stats[st.pid] = self._stat(st, dt)
+        self._stats = stats
+        self._busy = {p for p, s in stats.items() if s.cpu_pct > 0}
+        # Forget processes that are gone; keep cheap per-process state for the rest.
+        seen = {(s.pid, s.start) for s in stats.values()}
+        for key in [k for k in self._prev if k not in seen]:
+            del self._prev[key]
+        for key in [k for k in self._cmdlines if k not in seen]:
+            del self._cmdlines[key]
+
+    def _active_scan(self, dt: float | None, active: Collection[int]) -> frozenset[int]:
+        """Read the active processes' stat lines only; the pids read (or found gone)."""
+        stats = self._stats
+        # Busy last time, idle now: their share drops to 0 without a read.
+        for pid in self._busy - set(active):
+            idle = stats.get(pid)
+            if idle is not None:
+                stats[pid] = replace(idle, cpu_pct=0.0)
+        busy = set()
+        read = set()
+        for pid in active:
+            raw = _read(f"{self.root}/{pid}/stat")
+            st = parse_stat(raw) if raw is not None else None
+            if st is None:
+                self._forget(pid)
+                read.add(pid)
                 continue
-            st = parse_stat(raw)
+            if pid not in stats and st.nthreads > 1:
+                # A thread the probe saw running: its process is the one to read.
+                tgid = _tgid(self.root, pid)
+                if tgid is not None and tgid != pid:
+                    if tgid in active or tgid in busy:
+                        continue
+                    raw = _read(f"{self.root}/{tgid}/stat")
+                    st = parse_stat(raw) if raw is not None else None
+                    if st is None:
+                        continue
+            old = stats.get(st.pid)
+            if old is not None and old.start != st.start:
+                self._forget(st.pid)  # a reused pid: another process
+            stats[st.pid] = self._stat(st, dt)
+            read.add(st.pid)
+            if stats[st.pid].cpu_pct > 0:
+                busy.add(st.pid)
+        self._busy = busy
+        return frozenset(read)
+
+    def _forget(self, pid: int) -> None:
+        st = self._stats.pop(pid, None)
+        if st is not None:
+            self._prev.pop((pid, st.start), None)
+            self._cmdlines.pop((pid, st.start), None)
+
+    def details(self, wanted: Mapping[int, bool], scan: ProcScan) -> dict[int, ProcDetail]:
+        """The second pass, for the chosen processes: their threads, switch totals and owner.
+
+        ``wanted``: pid -> also read where the process may run (its CPU affinity
+        and cgroup quota: read for training jobs, whose fixes need them).
+        """
+        out: dict[int, ProcDetail] = {}
+        for pid, limits in wanted.items():
+            st = scan.procs.get(pid)
             if st is None:
                 continue
-            stats[st.pid] = st
-            prev = self._prev.get((st.pid, st.start))
-            if prev is not None and dt is not None:
-                cpu_pct[st.pid] = max(0.0, 100.0 * (st.ticks - prev.ticks) / self.clk_tck / dt)
-            else:
-                cpu_pct[st.pid] = 0.0
-
-        gpu_set = {p for p in gpu_pids if p in stats} | {p for p in gpu_of if p in stats}
-        roles = assign_roles(
-            {p: s.ppid for p, s in stats.items()},
-            {p: s.comm for p, s in stats.items()},
-            gpu_set,
-            lambda p: self.cmdline(p, stats[p].start) if p in stats else "",
-        )
-        self._keep_trainers(roles, stats, now)
-        chosen = set(roles) | gpu_set
-        # Once rates exist, idle processes are not "top CPU consumers": they would
-        # only pad the table.
-        chosen.update(
-            heapq.nlargest(
-                self.top_n,
-                (p for p in stats if p not in chosen and (dt is None or cpu_pct[p] > 0)),
-                key=cpu_pct.__getitem__,
-            )
-        )
-
-        # This tick's workers of each trainer: the probe learns them a tick late.
-        feeders: dict[int, set[int]] = {}
-        for pid, (role, trainer) in roles.items():
-            if role == "dataloader" and trainer is not None:
-                feeders.setdefault(trainer, set()).add(pid)
-        out: list[ProcessSample] = []
-        for pid in chosen:
-            st = stats[pid]
-            role, trainer = roles.get(pid, ("other", None))
-            row = self._detail(st, role, trainer, cpu_pct[pid], dt, gpu_of.get(pid), probe)
-            if probe is not None and dt is not None:
-                prev = self._prev[(pid, st.start)]
-                row[0] = _with_probe(row[0], probe, feeders.get(pid, set()), prev)
-            out.extend(row)
-        if probe is not None:
-            out = [_with_preemptors(p, probe, stats) for p in out]
-
-        # Forget processes that are gone; keep cheap per-process state for the rest.
-        seen_keys = set()
-        for st in stats.values():
-            key = (st.pid, st.start)
-            seen_keys.add(key)
+            key = (pid, st.start)
             prev = self._prev.get(key)
             if prev is None:
-                self._prev[key] = _ProcPrev(st.ticks)
-            else:
-                prev.ticks = st.ticks
-        for key in [k for k in self._prev if k not in seen_keys]:
-            del self._prev[key]
-        for key in [k for k in self._cmdlines if k not in seen_keys]:
-            del self._cmdlines[key]
-        out.sort(key=lambda p: p.pid)
-        return HostReading(host, tuple(out), len(stats))
+                prev = self._prev[key] = _ProcPrev(0)
+            out[pid] = self._detail(st, prev, scan.dt, limits)
+        return out
 
-    def _keep_trainers(
-        self, roles: dict[int, tuple[Role, int | None]], stats: dict[int, _Stat], now: float
-    ) -> None:
-        """A trainer stays one for TRAINER_GRACE_S after its workers are gone.
-
-        Between two epochs without persistent_workers its old workers have
-        exited and the new ones are not named yet (spawned ones take seconds to
-        start); it is still the same training job, waiting for them.
-        """
-        for pid, (role, _) in roles.items():
-            if role == "trainer":
-                self._trainers[(pid, stats[pid].start)] = now
-        for key, seen in list(self._trainers.items()):
-            pid, start = key
-            st = stats.get(pid)
-            if st is None or st.start != start or now - seen > TRAINER_GRACE_S:
-                del self._trainers[key]
-            elif pid not in roles:
-                roles[pid] = ("trainer", pid)
-
-    def _detail(
-        self,
-        st: _Stat,
-        role: Role,
-        trainer: int | None,
-        cpu: float,
-        dt: float | None,
-        gpu: GpuUse | None,
-        probe: ProbeReading | None,
-    ) -> list[ProcessSample]:
-        """Per-thread reads for one shown process; returns it plus special threads."""
-        key = (st.pid, st.start)
-        prev = self._prev.get(key)
-        if prev is None:
-            prev = self._prev[key] = _ProcPrev(st.ticks)
+    def _detail(self, st: ProcStat, prev: _ProcPrev, dt: float | None, limits: bool) -> ProcDetail:
         had_threads = prev.detailed
-        pass_ = self._read_threads(st.pid, prev, dt, probe)
+        pass_ = self._read_threads(st.pid, prev, dt)
         if had_threads:
             prev.preempt_total += pass_.d_invol
             prev.vcsw_total += pass_.d_vol
@@ -393,41 +380,23 @@ class ProcSource:
             prev.preempt_total, prev.vcsw_total = pass_.tot_invol, pass_.tot_vol
         prev.threads = pass_.new_prev
         prev.detailed = True
-        per_s = 1.0 / dt if (dt is not None and had_threads) else 0.0
-        if pass_.special and role == "other":
-            role, trainer = "trainer", st.pid
         if prev.user is None:
             prev.user = self._user(st.pid)
-        gpu = gpu or GpuUse()
-        proc = ProcessSample(
-            pid=st.pid,
-            ppid=st.ppid,
-            comm=st.comm,
+        return ProcDetail(
             cmdline=self.cmdline(st.pid, st.start) or f"[{st.comm}]",
-            role=role,
-            trainer_pid=trainer,
-            cpu_pct=round(cpu, 2),
-            offcpu_pct=_r2(pass_.main.offcpu_pct) if pass_.main else None,
-            runq_pct=_r2(pass_.main.runq_pct) if pass_.main else None,
-            preempt_per_s=round(pass_.d_invol * per_s, 2),
-            preempt_total=prev.preempt_total,
-            vcsw_per_s=round(pass_.d_vol * per_s, 2),
-            gpus=gpu.indices,
-            gpu_mem_mib=gpu.mem_mib,
-            start_time=st.start,
             user=prev.user,
-            nthreads=st.nthreads,
-            vcsw_total=prev.vcsw_total,
-            gpu_sm_pct=gpu.sm_pct,
-            sched_source="procfs" if dt is not None else None,
             threads=tuple(pass_.threads),
-            **(NOT_READ if role == "other" else job_cpu_limits(self.root, st.pid)),
+            switch_totals={tid: (t.vol, t.invol) for tid, t in pass_.new_prev.items()},
+            d_vol=pass_.d_vol,
+            d_invol=pass_.d_invol,
+            rates=dt is not None and had_threads,
+            vcsw_total=prev.vcsw_total,
+            preempt_total=prev.preempt_total,
+            cpus_allowed=cpus_allowed(self.root, st.pid) if limits else None,
+            cpu_quota=cgroup_cpu_quota(self.root, st.pid) if limits else None,
         )
-        return [proc, *self._special_rows(proc, pass_, role, trainer)]
 
-    def _read_threads(
-        self, pid: int, prev: _ProcPrev, dt: float | None, probe: ProbeReading | None
-    ) -> _ThreadPass:
+    def _read_threads(self, pid: int, prev: _ProcPrev, dt: float | None) -> _ThreadPass:
         """One pass over the process's threads: samples, switch counts, new baselines."""
         base = f"{self.root}/{pid}/task"
         try:
@@ -461,56 +430,18 @@ class ProcSource:
                 # Born during the interval: all its switches happened in it.
                 out.d_vol += vol
                 out.d_invol += invol
-            # The probe's numbers, where it saw this thread for a whole interval,
-            # replace the estimates.
-            pt = probe.per_tid.get(tid) if probe is not None and dt is not None else None
-            if probe is not None and pt is not None:
-                pdt = probe.dt_ns or 1
-                t_off = min(100.0, 100.0 * (pt.runq_ns + pt.blocked_ns) / pdt)
-                t_runq = min(100.0, 100.0 * pt.runq_ns / pdt)
-            ts = ThreadSample(
-                tid=tid,
-                comm=tname,
-                cpu_pct=round(t_cpu or 0.0, 2),
-                offcpu_pct=_r2(t_off),
-                runq_pct=_r2(t_runq),
-                preempt_per_s=round(t_pre, 2),
-                vcsw_per_s=round(t_vcs, 2),
+            out.threads.append(
+                ThreadSample(
+                    tid=tid,
+                    comm=tname,
+                    cpu_pct=round(t_cpu or 0.0, 2),
+                    offcpu_pct=_r2(t_off),
+                    runq_pct=_r2(t_runq),
+                    preempt_per_s=round(t_pre, 2),
+                    vcsw_per_s=round(t_vcs, 2),
+                )
             )
-            out.threads.append(ts)
-            if tid == pid:  # the contract's off-CPU and run-queue share: the main thread's
-                out.main = ts
-            else:
-                trole = thread_role_from_comm(tname)
-                if trole is not None:
-                    out.special.append((ts, trole))
         return out
-
-    def _special_rows(
-        self, proc: ProcessSample, pass_: _ThreadPass, role: Role, trainer: int | None
-    ) -> list[ProcessSample]:
-        """A row of its own for each DataLoader or pin-memory thread of the process."""
-        return [
-            ProcessSample(
-                pid=ts.tid,
-                ppid=proc.pid,
-                comm=ts.comm,
-                cmdline=f"[thread {ts.comm} of {proc.pid}]",
-                role=trole,
-                trainer_pid=proc.pid if role == "trainer" else trainer,
-                cpu_pct=ts.cpu_pct,
-                offcpu_pct=ts.offcpu_pct,
-                runq_pct=ts.runq_pct,
-                preempt_per_s=ts.preempt_per_s,
-                preempt_total=pass_.new_prev[ts.tid].invol,
-                vcsw_per_s=ts.vcsw_per_s,
-                start_time=proc.start_time,
-                user=proc.user,
-                vcsw_total=pass_.new_prev[ts.tid].vol,
-                sched_source=proc.sched_source,
-            )
-            for ts, trole in pass_.special
-        ]
 
 
 @dataclass(slots=True)
@@ -518,81 +449,26 @@ class _ThreadPass:
     """What one pass over a process's threads found."""
 
     threads: list[ThreadSample] = field(default_factory=list)
-    special: list[tuple[ThreadSample, Role]] = field(default_factory=list)
     new_prev: dict[int, _ThreadPrev] = field(default_factory=dict)
     d_vol: int = 0
     d_invol: int = 0
     tot_vol: int = 0
     tot_invol: int = 0
-    main: ThreadSample | None = None
+
+
+def _tgid(root: str, tid: int) -> int | None:
+    """The process a thread id belongs to (``Tgid:`` of its status file)."""
+    raw = _read(f"{root}/{tid}/status")
+    if raw is None:
+        return None
+    at = raw.find(b"\nTgid:")
+    if at < 0:
+        return None
+    try:
+        return int(raw[at + 6 : raw.index(b"\n", at + 6)])
+    except ValueError:
+        return None
 
 
 def _r2(v: float | None) -> float | None:
     return None if v is None else round(v, 2)
-
-
-def _pct(ns: int, dt_ns: int) -> float:
-    return round(min(100.0, 100.0 * ns / dt_ns), 2)
-
-
-def _with_probe(
-    proc: ProcessSample, probe: ProbeReading, feeders: set[int], prev: _ProcPrev
-) -> ProcessSample:
-    """The process with the probe's own measurements: main thread's wait split, rates, stalls.
-
-    ``feeders`` are the process's DataLoader workers as of this tick: wake-ups
-    by one the probe did not know yet (born since the last tick) move from
-    "other process" to "input".
-    """
-    pdt = probe.dt_ns or 1
-    changes: dict[str, object] = {}
-    m = probe.per_tid.get(proc.pid)
-    if m is not None and proc.threads and any(t.tid == proc.pid for t in proc.threads):
-        late = sum(ns for waker, ns in m.other_wakers if waker in feeders)
-        moved = min(late, m.wait_other_ns)
-        prev.moved_to_input_ns += moved
-        t_in, t_thread, t_irq, t_other = m.wait_totals_ns
-        changes.update(
-            wait_input_total_ms=round((t_in + prev.moved_to_input_ns) / 1e6, 3),
-            wait_thread_total_ms=round(t_thread / 1e6, 3),
-            wait_irq_total_ms=round(t_irq / 1e6, 3),
-            wait_other_total_ms=round(max(0, t_other - prev.moved_to_input_ns) / 1e6, 3),
-            blocked_pct=_pct(m.blocked_ns, pdt),
-            wait_input_pct=_pct(m.wait_input_ns + moved, pdt),
-            wait_thread_pct=_pct(m.wait_thread_ns, pdt),
-            wait_irq_pct=_pct(m.wait_irq_ns, pdt),
-            wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
-            wait_pending_pct=_pct(m.wait_pending_ns, pdt),
-            sched_source="bpf",
-        )
-    g: TaskSched | None = probe.per_tgid.get(proc.pid)
-    if g is not None:
-        changes.update(
-            preempt_per_s=round(g.nivcsw * 1e9 / pdt, 2),
-            vcsw_per_s=round(g.nvcsw * 1e9 / pdt, 2),
-            longest_stall_ms=round(g.longest_offcpu_ns / 1e6, 3),
-            offcpu_hist=g.hist,
-        )
-    return replace(proc, **changes) if changes else proc  # type: ignore[arg-type]
-
-
-MAX_PREEMPTORS = 5
-
-
-def _with_preemptors(
-    proc: ProcessSample, probe: ProbeReading, stats: dict[int, _Stat]
-) -> ProcessSample:
-    """A watched process with the top preemptors of its lost CPU time (share of that time)."""
-    got = probe.preemptors.get(proc.pid)
-    if got is None:
-        return proc
-    total = sum(p.ns for p in got)
-    top = tuple(
-        Preemptor(
-            pid=p.pid,
-            comm=stats[p.pid].comm if p.pid in stats else "?",
-            share_pct=round(100.0 * p.ns / total, 1),
-        )
-        for p in got[:MAX_PREEMPTORS]
-    )
-    return replace(proc, preemptors=top)

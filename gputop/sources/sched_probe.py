@@ -37,10 +37,12 @@ from typing import Any
 
 from gputop.model.frame import SourceStatus
 from gputop.model.probe_abi import (
+    ACT_EXEC,
     DEFAULT_MAX_PIPELINE,
     DEFAULT_MAX_PREEMPT,
     DEFAULT_MAX_TGIDS,
     DEFAULT_MAX_THREADS,
+    ERR_ACTIVITY_FULL,
     ERROR_NAMES,
     HIST_SLOTS,
     WAKE_INPUT,
@@ -58,13 +60,14 @@ from gputop.model.probe_abi import (
     WokeKeyT,
     WokeValT,
 )
-from gputop.model.readings import ProbeReading
+from gputop.model.readings import Pipeline, ProbeReading
 from gputop.model.sched_intervals import MapRows, SchedIntervals
 from gputop.sources import libbpf_loader
 from gputop.sources.bcc_loader import INSTALL_FIX, bcc_present
 from gputop.sources.bpf_build import OBJECT_NAME
 from gputop.sources.bpf_handover import Handover, HandoverError, Spawned, receive, spawn
 from gputop.sources.bpf_syscall import BpfError, BpfMap, LayoutMismatch
+from gputop.sources.cuda_probe import ENTER_PROGRAM, EXIT_PROGRAM, CudaProbes
 from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach
 
 __all__ = [
@@ -104,10 +107,12 @@ MAX_PREEMPT = DEFAULT_MAX_PREEMPT
 LOADER_ENV = "GPUTOP_BPF_LOADER"
 # What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
 FOOTPRINT = (
-    "eBPF probe footprint: tracepoints only (sched:sched_switch, sched_waking, sched_wakeup,"
-    " sched_process_exit; entry/exit of irq, softirq, timer and x86 irq_vectors to tell"
-    " interrupt context); no kprobes. Other tracers (perf, bcc tools, another gputop) keep"
-    " seeing every event: each program returns 1, which keeps the event."
+    "eBPF probe footprint: tracepoints (sched:sched_switch, sched_waking, sched_wakeup,"
+    " sched_process_exit, sched_process_exec; entry/exit of irq, softirq, timer and x86"
+    " irq_vectors to tell interrupt context), and uprobes on the CUDA driver's"
+    " synchronizing calls in the libcuda a watched trainer maps (never on kernel launches);"
+    " no kprobes. Other tracers (perf, bcc tools, another gputop) keep seeing every event:"
+    " each tracepoint program returns 1, which keeps the event."
 )
 # The status reason for the one tick between attaching and the first full
 # eBPF interval (it lands in that frame's sources.notes).
@@ -146,6 +151,8 @@ MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
     "pipeline": (ctypes.c_uint32, ctypes.c_uint32),
     "watched": (ctypes.c_uint32, ctypes.c_uint8),
     "preempt": (PreemptKeyT, PreemptValT),
+    "activity": (ctypes.c_uint32, ctypes.c_uint8),
+    "running": (ctypes.c_int32, ctypes.c_uint32),
     "other_wakers": (WokeKeyT, WokeValT),
     "cpu_waiters": (ctypes.c_int32, WaitersT),
     "irq_depth": (ctypes.c_int32, IrqDepthT),
@@ -411,6 +418,11 @@ class BpfSchedProbe:
         self._last_ns: int | None = None
         self._primed = False
         self._intervals = SchedIntervals()
+        # The threads whose rows to read (the pipeline's); None: all of them.
+        self._want_tids: frozenset[int] | None = None
+        self._activity_errors = 0
+        # The CUDA synchronization uprobes, once attached (see cuda_probe.py).
+        self.cuda: CudaProbes | None = None
         # What user space asked for, and what is in the kernel maps.
         self._want_feeds: dict[int, int] = {}
         self._want_watched: set[int] = set()
@@ -496,6 +508,8 @@ class BpfSchedProbe:
             "other_wakers": MAX_PREEMPT,
             "cpu_waiters": cpus,
             "irq_depth": cpus,
+            "activity": self.max_tgids,
+            "running": cpus,
         }
 
     def _load_libbpf(self, facts: KernelFacts) -> Handover:
@@ -503,7 +517,13 @@ class BpfSchedProbe:
         config = ProbeConfig(
             not_runnable_mask=facts.masks[0], dead_mask=facts.masks[1], max_cpus=possible_cpus()
         )
-        events = ("sched_switch", "sched_waking", "sched_wakeup", "sched_process_exit")
+        events = (
+            "sched_switch",
+            "sched_waking",
+            "sched_wakeup",
+            "sched_process_exit",
+            "sched_process_exec",
+        )
         return libbpf_loader.load(
             Path(bpf_object_path()),
             config,
@@ -579,6 +599,7 @@ class BpfSchedProbe:
                         (f"{c}:{e}_entry", "on_irq_entry", f"{c}:{e}_exit", "on_irq_exit")
                         for c, e in self._irq_pairs()
                     ],
+                    load_only=(ENTER_PROGRAM, EXIT_PROGRAM),
                 )
             except OSError as exc:
                 self._fail(f"cannot start the compiler process: {exc}", None)
@@ -613,6 +634,7 @@ class BpfSchedProbe:
                 return
             self._handover = ho
             self._maps = maps
+            self.cuda = CudaProbes(ho.programs, ho.attachments, self.proc_root)
             self.loader = loader
             self.irq_tracepoints = tuple(
                 a.removeprefix("tracepoint:").removesuffix("_entry")
@@ -644,14 +666,6 @@ class BpfSchedProbe:
 
     # ---- the input pipeline ---------------------------------------------------
 
-    def set_pipeline(self, feeds: Mapping[int, int], watched: Collection[int]) -> None:
-        """Who feeds which trainer, and whose preemptors to record (see ``SchedProbe``).
-
-        Only stored here; the next read writes the changes into the kernel maps.
-        """
-        self._want_feeds = dict(feeds)
-        self._want_watched = set(watched)
-
     def _sync_pipeline(self, maps: dict[str, BpfMap]) -> None:
         """Write only what changed since the last sync into the pipeline and watched maps."""
         table = maps["pipeline"]
@@ -682,8 +696,14 @@ class BpfSchedProbe:
         tgids = {_as_int(k) for k in maps["groups"].keys()}
         return tids, tgids
 
-    def read(self) -> ProbeReading | None:
+    def read(self, pipeline: Pipeline | None = None) -> ProbeReading | None:
         """Deltas since the previous read; None until attached and for the first read.
+
+        ``pipeline``: who feeds which trainer and whose preemptors to record,
+        as the join stage saw them at the end of the last tick (None: as
+        before). The kernel maps get it after this read's rows are taken, so it
+        classifies wake-ups from now on; processes that stopped being watched
+        lose their rows now.
 
         The first read after attaching only takes the baselines: its window
         would start at the attach, part-way through an interval, before the
@@ -691,17 +711,25 @@ class BpfSchedProbe:
         first time is likewise left out of that read (its window is partial);
         the sampler keeps /proc's numbers for it.
         """
+        if pipeline is not None:
+            self._want_feeds = dict(pipeline.feeds)
+            self._want_watched = set(pipeline.watched)
+            self._want_tids = pipeline.tids
         maps = self._maps
         if not maps or self._last_ns is None:
             return None
         ended, now, dt_ns = self._flip_epoch(maps)
         watched_before = self._watched & self._want_watched
+        # Probed through the whole interval: a library attached at this read counts next time.
+        cuda_before = self.cuda.probed() if self.cuda is not None else frozenset()
+        active, execd = self._activity(maps)
+        threads, groups = self._rows(maps)
         rows = MapRows(
             now_ns=now,
             dt_ns=dt_ns,
             ended_epoch=ended,
-            threads=[(_as_int(k), t) for k, t in maps["threads"].items()],
-            groups=[(_as_int(k), g) for k, g in maps["groups"].items()],
+            threads=threads,
+            groups=groups,
             preempt=self._watched_rows(maps["preempt"], lambda k, v: (int(k.victim), int(k.by))),
             woke=self._watched_rows(maps["other_wakers"], lambda k, v: (int(k.tid), int(k.waker))),
         )
@@ -710,6 +738,8 @@ class BpfSchedProbe:
         self._free_stale_waiters(maps, tgid_of.keys())
         new_errors = self._check_errors(maps)
         self._sync_pipeline(maps)
+        if self.cuda is not None:
+            self.cuda.update(self._want_watched - set(self._want_feeds))
         self._reads += 1
         if self._reads % SWEEP_EVERY_READS == 0:
             self.sweep(self._intervals.tgids(), tgid_of)
@@ -720,7 +750,43 @@ class BpfSchedProbe:
             return None
         if self._status.reason == ATTACHED_NOTE:
             self._status = SourceStatus("sched", "bpf", True, None)
-        return replace(reading, map_errors=new_errors)
+        return replace(
+            reading,
+            map_errors=new_errors,
+            cuda_tgids=cuda_before & watched_before,
+            active=active,
+            execd=execd,
+        )
+
+    def _rows(self, maps: dict[str, BpfMap]) -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+        """The thread and process rows to account: those of the rows shown, or all of them."""
+        tmap, gmap = maps["threads"], maps["groups"]
+        if self._want_tids is None:
+            return (
+                [(_as_int(k), t) for k, t in tmap.items()],
+                [(_as_int(k), g) for k, g in gmap.items()],
+            )
+        threads = [(tid, t) for tid in self._want_tids if (t := tmap.get(tid)) is not None]
+        tgids = {int(t.tgid) for _, t in threads}
+        groups = [(g, row) for g in tgids if (row := gmap.get(g)) is not None]
+        return threads, groups
+
+    def _activity(self, maps: dict[str, BpfMap]) -> tuple[frozenset[int] | None, frozenset[int]]:
+        """(processes that ran, exited or exec'd since the last read or run now, those that
+        exec'd); the first is None when the activity map overflowed (read everything)."""
+        marks = {_as_int(k): _as_int(v) for k, v in maps["activity"].pop_all()}
+        execd = frozenset(t for t, f in marks.items() if f & ACT_EXEC)
+        running = set()
+        tmap = maps["threads"]
+        for _, tid in maps["running"].items():
+            tid = _as_int(tid)
+            if tid:
+                t = tmap.get(tid)
+                running.add(int(t.tgid) if t is not None and t.tgid else tid)
+        overflowed = _as_int(maps["errors"].get(ERR_ACTIVITY_FULL) or 0)
+        lost = overflowed > self._activity_errors
+        self._activity_errors = overflowed
+        return (None if lost else frozenset(marks) | running), execd
 
     def _watched_rows(
         self, table: BpfMap, key_of: Callable[[Any, Any], tuple[int, int]]

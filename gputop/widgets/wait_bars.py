@@ -12,12 +12,21 @@ from gputop.model.frame import ProcessSample
 from gputop.model.waits import WaitSplit, wait_split
 
 # One glyph per segment as well as one colour, so the bar reads without colour (NO_COLOR).
-GLYPHS = {"cpu": "█", "runq": "▓", "input": "▒", "irq": "░", "other": "·", "blocked": "░"}
+GLYPHS = {
+    "cpu": "█",
+    "runq": "▓",
+    "input": "▒",
+    "gpu": "░",
+    "irq": "░",
+    "other": "·",
+    "blocked": "░",
+}
 SHORT = {
     "cpu": "cpu",
     "runq": "cpu-wait",
-    "input": "input",
+    "input": "batches",
     "irq": "gpu/irq",
+    "gpu": "gpu",
     "other": "other",
     "blocked": "blocked",
 }
@@ -26,7 +35,8 @@ COMPACT = {
     "cpu": "cpu",
     "runq": "wait",
     "input": "in",
-    "irq": "gpu",
+    "irq": "irq",
+    "gpu": "gpu",
     "other": "oth",
     "blocked": "blk",
 }
@@ -52,16 +62,18 @@ def bar_cells(split: WaitSplit, width: int) -> list[tuple[str, int]]:
 
 
 def legend(split: WaitSplit, names: dict[str, str] = SHORT) -> str:
-    """The numbers beside the bar: ``cpu 3 cpu-wait 10 input 32 gpu/irq 50 other 5``."""
+    """The numbers beside the bar: ``cpu 3 cpu-wait 10 batches 32 gpu 50 other 5``."""
     return " ".join(f"{names[s.key]} {s.pct:.0f}" for s in split.segments)
 
 
 class TrainerWaitBars(Static):
-    """Per trainer: on-CPU | CPU wait | input wait | GPU/interrupt wait | other.
+    """Per trainer: on-CPU work | CPU wait | waiting for batches | waiting for the GPU | other.
 
-    Under /proc alone (no eBPF) the blocked time cannot be split by what the
-    trainer waits on: the bar shows on-CPU | CPU wait | blocked and says so.
-    Hidden when the frame has no trainer.
+    The GPU part is measured where the probe watches the trainer's CUDA
+    synchronization, and stands in as interrupt wake-ups (inferred, ``gpu/irq``)
+    where it does not. Under /proc alone (no eBPF) the blocked time cannot be
+    split by what the trainer waits on: the bar shows on-CPU | CPU wait |
+    blocked and says so. Hidden when the frame has no trainer.
     """
 
     DEFAULT_CSS = """
@@ -78,6 +90,7 @@ class TrainerWaitBars(Static):
     TrainerWaitBars > .wait-bars--runq { color: $text-error; }
     TrainerWaitBars > .wait-bars--input { color: $text-warning; }
     TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
+    TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
     TrainerWaitBars > .wait-bars--other { color: $text-muted; }
     TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
     TrainerWaitBars > .wait-bars--note { color: $text-muted; text-style: italic; }
@@ -88,6 +101,7 @@ class TrainerWaitBars(Static):
         "wait-bars--runq",
         "wait-bars--input",
         "wait-bars--irq",
+        "wait-bars--gpu",
         "wait-bars--other",
         "wait-bars--blocked",
         "wait-bars--note",

@@ -1,0 +1,425 @@
+"""The join stage: who each process is, which rows are shown, and the probe's numbers in them.
+
+Sources only read (``sources/procfs.py``: a ``ProcScan`` of every process, then a
+``ProcDetail`` of each chosen one; ``sources/sched_probe.py``: a
+``ProbeReading``). Here, in one place and without I/O:
+
+1. ``choose()`` assigns roles (``model/roles.py``; a trainer keeps its role for
+   ``TRAINER_GRACE_S`` while it has no workers) and picks the rows: every GPU
+   holder, trainer and DataLoader worker, and the top CPU consumers. It says
+   which of them /proc must read the threads of, and for which the job's CPU
+   limits.
+2. ``join()`` builds each row: /proc's estimates, replaced by the probe's
+   measurements where the probe saw a thread or process for the whole interval
+   (off-CPU and run-queue share, the wait split, switch rates, stalls,
+   preemptors), and names the ``Pipeline`` the probe must watch next.
+
+**The one-tick lag.** The probe classifies a wake-up in the kernel, at the
+moment it happens, against the pipeline it was given at its last read: the
+workers the join knew one tick earlier. A worker born since then (a new epoch
+without ``persistent_workers``) wakes its trainer as "another process". The
+probe keeps those wake-ups per waking process (``TaskSched.other_wakers``), and
+``join()`` moves the ones by this tick's workers of the trainer to input
+(``_with_probe``), keeping a running total per process so the window totals
+stay exact. Nothing else needs the lag: from the next read on, the probe
+classifies that worker itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from gputop.model.frame import Preemptor, ProcessSample, Role, ThreadSample
+from gputop.model.readings import (
+    GpuUse,
+    HostReading,
+    Pipeline,
+    ProbeReading,
+    ProcDetail,
+    ProcScan,
+    ProcStat,
+    TaskSched,
+)
+from gputop.model.roles import assign_roles, process_role_from_comm, thread_role_from_comm
+
+# How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
+TRAINER_GRACE_S = 10.0
+MAX_PREEMPTORS = 5
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class RowChoice:
+    """The rows of this tick: every process's role, and what /proc must read for the shown ones.
+
+    ``detail``: pid -> whether to read its CPU limits too (training jobs).
+    """
+
+    roles: Mapping[int, tuple[Role, int | None]]
+    detail: Mapping[int, bool]
+
+
+def input_pipeline(processes: Iterable[ProcessSample]) -> Pipeline:
+    """Who feeds which trainer and whose preemptors to record, from this tick's rows.
+
+    A DataLoader worker process (by pid), a thread worker or pin-memory thread
+    (its row's pid is the thread id) -> its trainer's pid. Watched: trainers and
+    worker processes.
+    """
+    procs = list(processes)
+    tids_of = {p.pid: {t.tid for t in p.threads} for p in procs if p.role == "trainer"}
+    feeds: dict[int, int] = {}
+    watched: set[int] = set()
+    for p in procs:
+        if p.role in ("dataloader", "pin_memory") and p.trainer_pid is not None:
+            feeds[p.pid] = p.trainer_pid
+            if p.pid not in tids_of.get(p.trainer_pid, ()):
+                watched.add(p.pid)  # a worker process, not a thread of its trainer
+        elif p.role == "trainer":
+            watched.add(p.pid)
+    tids = {t.tid for p in procs for t in p.threads} | {p.pid for p in procs}
+    return Pipeline(feeds, frozenset(watched), frozenset(tids))
+
+
+class HostJoin:
+    """Roles, row choice and the merge of /proc with the probe, with the state they need.
+
+    State: when each trainer last had a role (its grace), the pids promoted to
+    trainer by their own DataLoader threads (so their CPU limits are read), and
+    per process the "other process" wake-ups moved to input so far.
+    """
+
+    def __init__(self, top_n: int = 30) -> None:
+        self.top_n = top_n
+        self._trainers: dict[tuple[int, int], float] = {}
+        self._thread_trainers: set[tuple[int, int]] = set()
+        self._moved_to_input_ns: dict[tuple[int, int], int] = {}
+        self._workers: set[int] = set()
+
+    # ---- 1. roles and rows --------------------------------------------------
+
+    def choose(
+        self,
+        scan: ProcScan,
+        now: float,
+        gpu_pids: Iterable[int],
+        cmdline_of: Callable[[int, int], str],
+    ) -> RowChoice:
+        """Roles of every process and the rows worth showing (with their detail to read)."""
+        stats = scan.procs
+        gpu_set = {p for p in gpu_pids if p in stats}
+        self._index_workers(scan)
+        roles = assign_roles(
+            _Field(stats, lambda s: s.ppid),
+            _Field(stats, lambda s: s.comm),
+            gpu_set,
+            lambda p: cmdline_of(p, stats[p].start) if p in stats else "",
+            workers=self._workers,
+        )
+        self._keep_trainers(roles, stats, now)
+        chosen = set(roles) | gpu_set
+        # Once rates exist, idle processes are not "top CPU consumers": they would
+        # only pad the table. Only the busy ones are candidates (an idle process
+        # the probe knows did not run is not even looked at).
+        if scan.dt is None:
+            candidates: Iterable[int] = stats
+        else:
+            busy = scan.busy if scan.busy is not None else stats
+            candidates = (p for p in busy if p in stats and stats[p].cpu_pct > 0)
+        chosen.update(
+            heapq.nlargest(
+                self.top_n,
+                (p for p in candidates if p not in chosen),
+                key=lambda p: stats[p].cpu_pct,
+            )
+        )
+        job = {p for p, (role, _) in roles.items() if role != "other"}
+        job |= {pid for pid, start in self._thread_trainers if pid in stats}
+        return RowChoice(roles=roles, detail={p: p in job for p in chosen})
+
+    def _index_workers(self, scan: ProcScan) -> None:
+        """Keep the set of processes named as DataLoader workers, from what was read."""
+        stats = scan.procs
+        if scan.read is None:
+            self._workers = {p for p, s in stats.items() if process_role_from_comm(s.comm)}
+            return
+        for pid in scan.read:
+            st = stats.get(pid)
+            if st is not None and process_role_from_comm(st.comm):
+                self._workers.add(pid)
+            else:
+                self._workers.discard(pid)
+
+    def _keep_trainers(
+        self, roles: dict[int, tuple[Role, int | None]], stats: Mapping[int, ProcStat], now: float
+    ) -> None:
+        """A trainer stays one for TRAINER_GRACE_S after its workers are gone.
+
+        Between two epochs without persistent_workers its old workers have
+        exited and the new ones are not named yet (spawned ones take seconds to
+        start); it is still the same training job, waiting for them.
+        """
+        for pid, (role, _) in roles.items():
+            if role == "trainer":
+                self._trainers[(pid, stats[pid].start)] = now
+        for key, seen in list(self._trainers.items()):
+            pid, start = key
+            st = stats.get(pid)
+            if st is None or st.start != start or now - seen > TRAINER_GRACE_S:
+                del self._trainers[key]
+            elif pid not in roles:
+                roles[pid] = ("trainer", pid)
+
+    # ---- 2. the rows ----------------------------------------------------------
+
+    def join(
+        self,
+        scan: ProcScan,
+        choice: RowChoice,
+        details: Mapping[int, ProcDetail],
+        gpu_of: Mapping[int, GpuUse],
+        probe: ProbeReading | None,
+    ) -> HostReading:
+        """Each shown process's row (and one per DataLoader or pin-memory thread), joined."""
+        dt = scan.dt
+        # This tick's workers of each trainer (the probe knows last tick's: see the module doc).
+        feeders: dict[int, set[int]] = {}
+        for pid, (role, trainer) in choice.roles.items():
+            if role == "dataloader" and trainer is not None:
+                feeders.setdefault(trainer, set()).add(pid)
+        with_probe = probe if dt is not None else None
+        out: list[ProcessSample] = []
+        thread_trainers: set[tuple[int, int]] = set()
+        for pid in choice.detail:
+            st, d = scan.procs.get(pid), details.get(pid)
+            if st is None or d is None:
+                continue
+            role, trainer = choice.roles.get(pid, ("other", None))
+            threads = _threads_with_probe(d.threads, with_probe)
+            special = [
+                (t, r) for t in threads if t.tid != pid and (r := thread_role_from_comm(t.comm))
+            ]
+            if special and role == "other":
+                role, trainer = "trainer", pid
+                thread_trainers.add((pid, st.start))
+            proc = _row(st, d, role, trainer, threads, gpu_of.get(pid) or GpuUse(), dt)
+            rows = [proc, *_thread_rows(proc, d, special, role, trainer)]
+            if with_probe is not None:
+                rows[0] = self._with_probe(rows[0], with_probe, feeders.get(pid, set()))
+            out.extend(rows)
+        if probe is not None:
+            out = [_with_preemptors(p, probe, scan.procs) for p in out]
+        out.sort(key=lambda p: p.pid)
+        self._thread_trainers = thread_trainers
+        procs = scan.procs
+        self._moved_to_input_ns = {
+            k: v
+            for k, v in self._moved_to_input_ns.items()
+            if k[0] in procs and procs[k[0]].start == k[1]
+        }
+        return HostReading(scan.host, tuple(out), len(scan.procs), input_pipeline(out))
+
+    def _with_probe(
+        self, proc: ProcessSample, probe: ProbeReading, feeders: set[int]
+    ) -> ProcessSample:
+        """The process with the probe's own measurements: main thread's wait split, rates, stalls.
+
+        ``feeders`` are the process's DataLoader workers as of this tick: wake-ups
+        by one the probe did not know yet (born since the last tick) move from
+        "other process" to "input".
+        """
+        pdt = probe.dt_ns or 1
+        changes: dict[str, object] = {}
+        m = probe.per_tid.get(proc.pid)
+        if m is not None and any(t.tid == proc.pid for t in proc.threads):
+            key = (proc.pid, proc.start_time or 0)
+            late = sum(ns for waker, ns in m.other_wakers if waker in feeders)
+            moved = min(late, m.wait_other_ns)
+            total_moved = self._moved_to_input_ns.get(key, 0) + moved
+            self._moved_to_input_ns[key] = total_moved
+            t_in, t_thread, t_irq, t_other = m.wait_totals_ns
+            changes.update(
+                wait_input_total_ms=round((t_in + total_moved) / 1e6, 3),
+                wait_thread_total_ms=round(t_thread / 1e6, 3),
+                wait_irq_total_ms=round(t_irq / 1e6, 3),
+                wait_other_total_ms=round(max(0, t_other - total_moved) / 1e6, 3),
+                blocked_pct=_pct(m.blocked_ns, pdt),
+                wait_input_pct=_pct(m.wait_input_ns + moved, pdt),
+                wait_thread_pct=_pct(m.wait_thread_ns, pdt),
+                wait_irq_pct=_pct(m.wait_irq_ns, pdt),
+                wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
+                wait_pending_pct=_pct(m.wait_pending_ns, pdt),
+                runq_after_input_pct=_pct(m.runq_after_input_ns, pdt),
+                sched_source="bpf",
+            )
+            if proc.pid in probe.cuda_tgids:
+                changes.update(
+                    gpu_sync_pct=_pct(m.sync_ns, pdt),
+                    gpu_sync_spin_pct=_pct(m.sync_oncpu_ns, pdt),
+                    gpu_sync_runq_pct=_pct(m.sync_runq_ns, pdt),
+                )
+        g: TaskSched | None = probe.per_tgid.get(proc.pid)
+        if g is not None:
+            changes.update(
+                preempt_per_s=round(g.nivcsw * 1e9 / pdt, 2),
+                vcsw_per_s=round(g.nvcsw * 1e9 / pdt, 2),
+                longest_stall_ms=round(g.longest_offcpu_ns / 1e6, 3),
+                offcpu_hist=g.hist,
+            )
+        return replace(proc, **changes) if changes else proc  # type: ignore[arg-type]
+
+
+class _Field(Mapping[int, V]):
+    """One field of every process's stat line, as a mapping, without copying it out."""
+
+    __slots__ = ("_get", "_stats")
+
+    def __init__(self, stats: Mapping[int, ProcStat], get: Callable[[ProcStat], V]) -> None:
+        self._stats = stats
+        self._get = get
+
+    def __getitem__(self, pid: int) -> V:
+        return self._get(self._stats[pid])
+
+    def __contains__(self, pid: object) -> bool:
+        return pid in self._stats
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._stats)
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+
+def _r2(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
+def _pct(ns: int, dt_ns: int) -> float:
+    return round(min(100.0, 100.0 * ns / dt_ns), 2)
+
+
+def _threads_with_probe(
+    threads: Iterable[ThreadSample], probe: ProbeReading | None
+) -> list[ThreadSample]:
+    """/proc's thread samples, with the probe's off-CPU and run-queue share where it has them."""
+    if probe is None:
+        return list(threads)
+    pdt = probe.dt_ns or 1
+    out = []
+    for t in threads:
+        pt = probe.per_tid.get(t.tid)
+        if pt is not None:
+            t = replace(
+                t,
+                offcpu_pct=_r2(min(100.0, 100.0 * (pt.runq_ns + pt.blocked_ns) / pdt)),
+                runq_pct=_r2(min(100.0, 100.0 * pt.runq_ns / pdt)),
+            )
+        out.append(t)
+    return out
+
+
+def _row(
+    st: ProcStat,
+    d: ProcDetail,
+    role: Role,
+    trainer: int | None,
+    threads: list[ThreadSample],
+    gpu: GpuUse,
+    dt: float | None,
+) -> ProcessSample:
+    """A process's row from /proc; its off-CPU and run-queue share are its main thread's."""
+    main = next((t for t in threads if t.tid == st.pid), None)
+    per_s = 1.0 / dt if (dt is not None and d.rates) else 0.0
+    ident = d.identity
+    return ProcessSample(
+        pid=st.pid,
+        ppid=st.ppid,
+        comm=st.comm,
+        cmdline=d.cmdline,
+        role=role,
+        trainer_pid=trainer,
+        cpu_pct=round(st.cpu_pct, 2),
+        offcpu_pct=main.offcpu_pct if main else None,
+        runq_pct=main.runq_pct if main else None,
+        preempt_per_s=round(d.d_invol * per_s, 2),
+        preempt_total=d.preempt_total,
+        vcsw_per_s=round(d.d_vol * per_s, 2),
+        gpus=gpu.indices,
+        gpu_mem_mib=gpu.mem_mib,
+        start_time=st.start,
+        user=d.user,
+        nthreads=st.nthreads,
+        vcsw_total=d.vcsw_total,
+        gpu_sm_pct=gpu.sm_pct,
+        sched_source="procfs" if dt is not None else None,
+        threads=tuple(threads),
+        cpus_allowed=d.cpus_allowed if role != "other" else None,
+        cpu_quota=d.cpu_quota if role != "other" else None,
+        container_id=ident.container_id if ident else None,
+        container_runtime=ident.runtime if ident else None,
+        pod_uid=ident.pod_uid if ident else None,
+        pod_name=ident.pod_name if ident else None,
+        pod_namespace=ident.pod_namespace if ident else None,
+    )
+
+
+def _thread_rows(
+    proc: ProcessSample,
+    d: ProcDetail,
+    special: list[tuple[ThreadSample, Role]],
+    role: Role,
+    trainer: int | None,
+) -> list[ProcessSample]:
+    """A row of its own for each DataLoader or pin-memory thread of the process."""
+    rows = []
+    for ts, trole in special:
+        vol, invol = d.switch_totals.get(ts.tid, (0, 0))
+        rows.append(
+            ProcessSample(
+                pid=ts.tid,
+                ppid=proc.pid,
+                comm=ts.comm,
+                cmdline=f"[thread {ts.comm} of {proc.pid}]",
+                role=trole,
+                trainer_pid=proc.pid if role == "trainer" else trainer,
+                cpu_pct=ts.cpu_pct,
+                offcpu_pct=ts.offcpu_pct,
+                runq_pct=ts.runq_pct,
+                preempt_per_s=ts.preempt_per_s,
+                preempt_total=invol,
+                vcsw_per_s=ts.vcsw_per_s,
+                start_time=proc.start_time,
+                user=proc.user,
+                vcsw_total=vol,
+                sched_source=proc.sched_source,
+                container_id=proc.container_id,
+                container_runtime=proc.container_runtime,
+                pod_uid=proc.pod_uid,
+                pod_name=proc.pod_name,
+                pod_namespace=proc.pod_namespace,
+            )
+        )
+    return rows
+
+
+def _with_preemptors(
+    proc: ProcessSample, probe: ProbeReading, stats: Mapping[int, ProcStat]
+) -> ProcessSample:
+    """A watched process with the top preemptors of its lost CPU time (share of that time)."""
+    got = probe.preemptors.get(proc.pid)
+    if got is None:
+        return proc
+    total = sum(p.ns for p in got)
+    top = tuple(
+        Preemptor(
+            pid=p.pid,
+            comm=stats[p.pid].comm if p.pid in stats else "?",
+            share_pct=round(100.0 * p.ns / total, 1),
+        )
+        for p in got[:MAX_PREEMPTORS]
+    )
+    return replace(proc, preemptors=top)

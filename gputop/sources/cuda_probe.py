@@ -1,0 +1,215 @@
+"""Uprobes on the CUDA driver's synchronizing calls, in the libcuda each watched trainer maps.
+
+A trainer's CUDA initialises late (its first CUDA call), so every tick the
+probe hands the trainers it watches to ``CudaProbes.update()``, which looks for
+a mapped ``libcuda.so*`` in ``/proc/PID/maps`` (a trainer without one is looked
+at again at most once a second) and attaches the probe's ``on_sync_enter`` /
+``on_sync_exit`` programs as uprobe and uretprobe at each synchronizing function
+of that file: once per distinct library file (device and inode), shared by every
+trainer that maps it. The file is reached through ``/proc/PID/root``, so a
+trainer in a container (its own mount namespace) is probed in its own copy of
+the library. The programs count only processes the probe watches.
+
+Kernel launches are not probed (thousands per second): only calls that wait.
+How the CUDA runtime reaches these (directly, or through ``cuGetProcAddress``,
+which hands out the same function addresses) does not matter to a uprobe, which
+fires at the function's address whatever called it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from gputop.sources.bpf_syscall import BpfError, attach_uprobe
+
+# The driver API calls that block until the GPU is done: stream, event and context
+# synchronization (with the per-thread default stream variants), and the
+# synchronous copies to the host, which synchronize the stream first.
+SYNC_FUNCTIONS = (
+    "cuStreamSynchronize",
+    "cuStreamSynchronize_ptsz",
+    "cuEventSynchronize",
+    "cuCtxSynchronize",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyDtoH_v2_ptds",
+    "cuMemcpyDtoH",
+    "cuMemcpy",
+    "cuMemcpy_ptds",
+    "cuMemcpyPeer",
+    "cuMemcpyPeer_ptds",
+    "cuMemcpy2D_v2",
+    "cuMemcpy2D_v2_ptds",
+    "cuMemcpy3D_v2",
+    "cuMemcpy3D_v2_ptds",
+)
+LIBRARY_PREFIX = "libcuda.so"
+RECHECK_S = 1.0
+ENTER_PROGRAM = "on_sync_enter"
+EXIT_PROGRAM = "on_sync_exit"
+
+_SHT_DYNSYM = 11
+_STT_FUNC = 2
+_PT_LOAD = 1
+
+
+def function_offsets(path: str, names: Collection[str]) -> dict[str, int]:
+    """File offsets of the defined functions ``names`` in the ELF shared library ``path``.
+
+    Reads only the headers and the dynamic symbol table (a driver library is tens
+    of MiB). A uprobe is placed at a file offset: the symbol's address minus its
+    loadable segment's address plus the segment's offset in the file.
+    """
+    want = set(names)
+    with open(path, "rb") as f:
+        ident = f.read(64)
+        if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
+            raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
+        phoff, shoff = struct.unpack_from("<QQ", ident, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", ident, 0x36)
+        f.seek(phoff)
+        ph = f.read(phentsize * phnum)
+        loads = []
+        for i in range(phnum):
+            p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from(
+                "<IIQQQQQQ", ph, i * phentsize
+            )
+            if p_type == _PT_LOAD:
+                loads.append((p_vaddr, p_filesz, p_offset))
+        f.seek(shoff)
+        sh = f.read(shentsize * shnum)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", sh, i * shentsize) for i in range(shnum)]
+        out: dict[str, int] = {}
+        for _, sh_type, _, _, sym_off, sym_size, link, _, _, entsize in sections:
+            if sh_type != _SHT_DYNSYM or not entsize:
+                continue
+            str_off, str_size = sections[link][4], sections[link][5]
+            f.seek(str_off)
+            strtab = f.read(str_size)
+            f.seek(sym_off)
+            syms = f.read(sym_size)
+            for j in range(sym_size // entsize):
+                st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from(
+                    "<IBBHQQ", syms, j * entsize
+                )
+                if st_info & 0xF != _STT_FUNC or st_shndx == 0 or not st_value:
+                    continue
+                end = strtab.find(b"\0", st_name)
+                name = strtab[st_name:end].decode(errors="replace")
+                if name not in want or name in out:
+                    continue
+                for vaddr, filesz, offset in loads:
+                    if vaddr <= st_value < vaddr + filesz:
+                        out[name] = st_value - vaddr + offset
+                        break
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class MappedFile:
+    """A mapped library: its path inside the process's mount namespace, device and inode."""
+
+    path: str
+    dev: str
+    inode: int
+
+
+def mapped_library(maps_text: str, prefix: str = LIBRARY_PREFIX) -> MappedFile | None:
+    """The first mapping of a file whose name starts with ``prefix``, from ``/proc/PID/maps``."""
+    for line in maps_text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            continue
+        path = parts[5]
+        if os.path.basename(path).startswith(prefix) and not path.endswith(" (deleted)"):
+            try:
+                return MappedFile(path, parts[3], int(parts[4]))
+            except ValueError:
+                continue
+    return None
+
+
+class CudaProbes:
+    """Which trainers' libcuda is probed, and the uprobe attachments, one set per library file.
+
+    ``attachments`` is the probe's own dict of attachment fds (``Handover.attachments``):
+    the uprobes live and die with the rest of the probe.
+    """
+
+    def __init__(
+        self,
+        programs: Mapping[str, int],
+        attachments: dict[str, int],
+        proc_root: str = "/proc",
+    ) -> None:
+        self._programs = programs
+        self._attachments = attachments
+        self.proc_root = proc_root
+        # (dev, inode) -> functions attached, or the reason none could be.
+        self._files: dict[tuple[str, int], tuple[str, ...] | str] = {}
+        self._probed: dict[int, tuple[str, int]] = {}  # pid -> its library file
+        self._looked_at: dict[int, float] = {}
+        self.last_error: str | None = None
+
+    def probed(self) -> frozenset[int]:
+        """Trainers whose libcuda has its synchronizing calls probed."""
+        return frozenset(self._probed)
+
+    def update(self, trainers: Iterable[int], now: float | None = None) -> None:
+        """Look for libcuda in trainers not yet probed; attach to each new library file."""
+        now = time.monotonic() if now is None else now
+        live = set(trainers)
+        self._probed = {p: k for p, k in self._probed.items() if p in live}
+        self._looked_at = {p: t for p, t in self._looked_at.items() if p in live}
+        for pid in live - set(self._probed):
+            if now - self._looked_at.get(pid, -RECHECK_S) < RECHECK_S:
+                continue
+            self._looked_at[pid] = now
+            try:
+                with open(f"{self.proc_root}/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                    lib = mapped_library(f.read())
+            except OSError:
+                continue
+            if lib is None:
+                continue
+            key = (lib.dev, lib.inode)
+            if key not in self._files:
+                self._files[key] = self._attach(f"{self.proc_root}/{pid}/root{lib.path}", key)
+            if isinstance(self._files[key], tuple):
+                self._probed[pid] = key
+
+    def _attach(self, path: str, key: tuple[str, int]) -> tuple[str, ...] | str:
+        """Uprobe and uretprobe at every synchronizing function of the file; what was attached."""
+        enter, leave = self._programs.get(ENTER_PROGRAM), self._programs.get(EXIT_PROGRAM)
+        if enter is None or leave is None:
+            return self._failed("the probe has no CUDA synchronization programs")
+        try:
+            offsets = function_offsets(path, SYNC_FUNCTIONS)
+        except (OSError, ValueError, struct.error) as exc:
+            return self._failed(f"cannot read {path}: {exc}")
+        if not offsets:
+            return self._failed(f"{path} exports none of the CUDA synchronization calls")
+        done = []
+        tag = f"uprobe:{key[0]}:{key[1]}"
+        try:
+            for name, off in sorted(offsets.items()):
+                # The return probe first: a call in flight can then only miss its start.
+                self._attachments[f"{tag}:{name}:ret"] = attach_uprobe(leave, path, off, True)
+                self._attachments[f"{tag}:{name}"] = attach_uprobe(enter, path, off, False)
+                done.append(name)
+        except BpfError as exc:
+            for k in [k for k in self._attachments if k.startswith(f"{tag}:")]:
+                os.close(self._attachments.pop(k))
+            return self._failed(f"cannot attach uprobes to {path}: {exc}")
+        return tuple(done)
+
+    def _failed(self, why: str) -> str:
+        self.last_error = why
+        return why
+
+    def functions(self) -> dict[tuple[str, int], tuple[str, ...]]:
+        """Each probed library file and the functions attached in it."""
+        return {k: v for k, v in self._files.items() if isinstance(v, tuple)}

@@ -1,0 +1,2 @@
+"""Pilot and snapshot tests, real /proc of processes the tests start, gputop subprocesses,
+the fake NVML."""

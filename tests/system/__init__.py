@@ -1,0 +1,1 @@
+"""Root and eBPF, torch, CPU hogs, perf, Prometheus: the slow, privileged end to end tests."""

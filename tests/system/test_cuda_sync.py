@@ -1,0 +1,395 @@
+"""The GPU wait, measured: CUDA synchronization uprobes against a loop that times itself.
+
+The truth workload (tests/truthloop.py) is a real PyTorch DataLoader loop whose GPU
+step is ``cuStreamSynchronize`` of a fake ``libcuda.so.1`` (tests/fakecuda/), which
+sleeps or spins as long as the step takes. The loop times every ``next()`` and every
+step with ``perf_counter``; gputop's numbers over the same window are set beside them.
+As root, with the real probe.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gputop.model.diagnosis import Diagnoser
+from gputop.model.frame import Frame, ProcessSample
+from gputop.sampler import HostPass, Sampler
+from gputop.sources.nvml import NvmlSource
+from gputop.sources.sched_probe import BpfSchedProbe, Unavailable, preflight
+from tests.bpfutil import held_prog_ids, loaded_prog_ids, wait_gone
+from tests.fakecuda import build_fake_cuda
+from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.procutil import HOG, kill_all, spawn_python
+from tests.truthloop import Step, blocked_share, read_steps, running_loop
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "the eBPF probe needs root"
+    pre = preflight()
+    return pre.reason if isinstance(pre, Unavailable) else None
+
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.torch,
+    pytest.mark.skipif(_why_not() is not None, reason=str(_why_not())),
+]
+
+TICK_S = 1.0
+WINDOW_TICKS = 5
+SYNC_POINTS = 3.0
+
+
+@pytest.fixture(scope="module")
+def probe() -> Iterator[BpfSchedProbe]:
+    p = BpfSchedProbe()
+    p.open()
+    assert p.wait_attached(180), p.status
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def cuda_lib() -> Path:
+    return build_fake_cuda()
+
+
+def _row(frame: Frame, pid: int) -> ProcessSample | None:
+    return next((p for p in frame.processes if p.pid == pid), None)
+
+
+def _tick_until(sampler: Sampler, done: object, limit: int = 20) -> None:
+    for _ in range(limit):
+        time.sleep(TICK_S)
+        if callable(done) and done(sampler.tick()):
+            return
+    raise AssertionError(f"not reached within {limit} ticks")
+
+
+def _window(sampler: Sampler, n: int) -> tuple[list[float], list[Frame]]:
+    """n ticks TICK_S apart: (the monotonic time just before each tick, its frame)."""
+    times, frames = [], []
+    next_at = time.monotonic() + TICK_S
+    for _ in range(n):
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        times.append(time.monotonic())
+        frames.append(sampler.tick())
+        next_at = times[-1] + TICK_S
+    return times, frames
+
+
+def _share(spans: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """% of [t0, t1] covered by the spans (each clipped to the window)."""
+    covered = sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in spans)
+    return 100.0 * covered / (t1 - t0)
+
+
+def _in_sync(steps: list[Step]) -> list[tuple[float, float]]:
+    # The GPU step is the synchronize call: from next() returning to the step's end.
+    return [(s.next_end, s.step_end) for s in steps]
+
+
+def _in_next(steps: list[Step]) -> list[tuple[float, float]]:
+    return [(s.next_start, s.next_end) for s in steps]
+
+
+def _waiting_in_next(steps: list[Step], t0: float, t1: float) -> float:
+    """% of [t0, t1] the loop spent inside next() off a CPU: blocked, or waiting for one
+    (its own clocks: wall time minus on-CPU time), each call weighted by its overlap."""
+    total = 0.0
+    for s in steps:
+        span = s.next_end - s.next_start
+        if span <= 0:
+            continue
+        overlap = min(s.next_end, t1) - max(s.next_start, t0)
+        if overlap > 0:
+            total += (s.blocked_ns + s.runq_ns) / 1e9 * overlap / span
+    return 100.0 * total / (t1 - t0)
+
+
+def _mean(values: list[float | None]) -> float:
+    got = [v for v in values if v is not None]
+    assert got, "no measured value in the window"
+    return sum(got) / len(got)
+
+
+@pytest.mark.parametrize("hogs", [0, 4], ids=["idle", "4-hogs"])
+@pytest.mark.parametrize("standin", ["cuda-sleep", "cuda-spin"])
+def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
+    probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path, standin: str, hogs: int
+) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    args = ["--standin", standin, "--cuda-lib", str(cuda_lib), "--workers", "2"]
+    args += ["--sample-cpu-ms", "10", "--step-ms", "30", "--persistent"]
+    hog_procs = [spawn_python(HOG, cpus[i % len(cpus)]) for i in range(hogs)]
+    try:
+        with running_loop(tmp_path, args) as (pid, out):
+            sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
+            sampler.tick()
+            # The library is probed from the interval after the one it was found in.
+            _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+            times, frames = _window(sampler, WINDOW_TICKS + 1)
+            steps = read_steps(out)
+    finally:
+        kill_all(hog_procs)
+    t0, t1 = times[0], times[-1]
+    rows = [_row(f, pid) for f in frames[1:]]
+    assert all(r is not None and r.sched_source == "bpf" for r in rows), rows
+    sync = _mean([r.gpu_sync_pct for r in rows if r])
+    data = _mean(
+        [
+            None if r.wait_input_pct is None else r.wait_input_pct + (r.runq_after_input_pct or 0)
+            for r in rows
+            if r
+        ]
+    )
+    truth_sync = _share(_in_sync(steps), t0, t1)
+    truth_next = _share(_in_next(steps), t0, t1)
+    truth_wait = _waiting_in_next(steps, t0, t1)
+    truth_blocked = blocked_share(steps, t0, t1)
+    inp = _mean([r.wait_input_pct for r in rows if r])
+    print(f"{standin} hogs={hogs}: sync {sync:.1f} vs {truth_sync:.1f},")
+    print(
+        f"  input wait {inp:.1f} vs blocked in next() {truth_blocked:.1f};"
+        f"  data wait {data:.1f} vs off a CPU in next() {truth_wait:.1f}"
+        f" (in next() {truth_next:.1f}, the rest the trainer's own work there)"
+    )
+    assert sync == pytest.approx(truth_sync, abs=SYNC_POINTS)
+    # Waiting for batches: blocked until a worker delivers, then for a CPU to take it.
+    # next() also runs on a CPU (unpickling, collating: the trainer's own work) and can
+    # be preempted there (CPU wait, not waiting for the batch): the loop's own clock
+    # bounds the data wait from both sides.
+    assert inp == pytest.approx(truth_blocked, abs=SYNC_POINTS)
+    assert truth_blocked - SYNC_POINTS <= data <= truth_wait + SYNC_POINTS
+    if standin == "cuda-spin":
+        spin = _mean([r.gpu_sync_spin_pct for r in rows if r])
+        assert spin > 0.5 * truth_sync - (SYNC_POINTS if hogs else 0), (spin, truth_sync)
+    else:
+        assert _mean([r.gpu_sync_spin_pct for r in rows if r]) < 5.0
+        # Its blocked time inside the call is the GPU's, not "interrupt".
+        assert _mean([r.wait_irq_pct for r in rows if r]) < 5.0
+
+
+def test_a_spinning_trainer_under_hogs_waits_for_the_gpu_not_its_host(
+    probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
+) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    args = ["--standin", "cuda-spin", "--cuda-lib", str(cuda_lib), "--workers", "2"]
+    args += ["--sample-cpu-ms", "2", "--step-ms", "60", "--persistent"]
+    hog_procs = [spawn_python(HOG, cpus[i % len(cpus)]) for i in range(4)]
+    sampler = None
+    try:
+        with running_loop(tmp_path, args) as (pid, _out):
+            fake = FakeNvml(
+                tmp_path / "nvml",
+                [FakeGpu(util=[97], sm_util=[15], processes=[FakeProc(pid=pid, sm_pct=15)])],
+            )
+            fake.activate()
+            sampler = Sampler(
+                gpu=NvmlSource(),
+                procs=HostPass(top_n=100_000),
+                probe=probe,
+                diagnoser=Diagnoser(),
+                interval_s=TICK_S,
+            )
+            sampler.gpu.open()
+            sampler.tick()
+            _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+            _, frames = _window(sampler, 12)
+    finally:
+        kill_all(hog_procs)
+        if sampler is not None:
+            sampler.gpu.close()
+    row = _row(frames[-1], pid)
+    assert row is not None and row.gpu_sync_spin_pct is not None
+    # On a CPU, but spinning for the GPU: its own work is a small part of its time.
+    assert row.gpu_sync_spin_pct > 15.0, row
+    (verdict,) = frames[-1].verdicts
+    text = " ".join(verdict.evidence)
+    print(verdict.state, text)
+    assert verdict.state == "low_sm_efficiency", verdict
+    assert "waited for the GPU" in text and "inside CUDA synchronization" in text
+    assert "spinning on a CPU" in text
+
+
+def test_a_trainer_that_loads_its_own_batches_is_told_so(
+    probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
+) -> None:
+    # num_workers=0: the trainer builds each batch itself (4 samples x 15 ms of CPU),
+    # then waits 20 ms for the GPU.
+    args = ["--standin", "cuda-sleep", "--cuda-lib", str(cuda_lib), "--workers", "0"]
+    args += ["--sample-cpu-ms", "15", "--step-ms", "20"]
+    sampler = None
+    with running_loop(tmp_path, args) as (pid, _out):
+        fake = FakeNvml(
+            tmp_path / "nvml",
+            [FakeGpu(util=[95], sm_util=[20], processes=[FakeProc(pid=pid, sm_pct=20)])],
+        )
+        fake.activate()
+        sampler = Sampler(
+            gpu=NvmlSource(),
+            procs=HostPass(top_n=100_000),
+            probe=probe,
+            diagnoser=Diagnoser(),
+            interval_s=TICK_S,
+        )
+        try:
+            sampler.gpu.open()
+            sampler.tick()
+            _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+            _, frames = _window(sampler, 12)
+        finally:
+            sampler.gpu.close()
+    (verdict,) = frames[-1].verdicts
+    text = " ".join(verdict.evidence)
+    print(verdict.state, text, verdict.fixes)
+    assert verdict.state == "input_bound", verdict
+    assert "loads its own batches (no DataLoader workers)" in text
+    assert "waited for batches 0%" not in text
+    assert any("num_workers" in f for f in verdict.fixes)
+
+
+def test_a_library_mapped_after_gputop_started_is_found_and_probed(
+    probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
+) -> None:
+    args = ["--standin", "cuda-sleep", "--cuda-lib", str(cuda_lib), "--workers", "1"]
+    args += ["--sample-cpu-ms", "2", "--step-ms", "20", "--cuda-after-s", "4"]
+    with running_loop(tmp_path, args) as (pid, _out):
+        sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
+        sampler.tick()
+        _, before = _window(sampler, 2)
+        assert all((r := _row(f, pid)) is not None and r.gpu_sync_pct is None for f in before)
+        _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+
+
+def test_a_trainer_that_never_maps_the_library_gets_null_not_zero(
+    probe: BpfSchedProbe, tmp_path: Path
+) -> None:
+    args = ["--standin", "sleep", "--workers", "1", "--sample-cpu-ms", "2", "--step-ms", "20"]
+    with running_loop(tmp_path, args) as (pid, _out):
+        sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
+        sampler.tick()
+        _, frames = _window(sampler, 4)
+    rows = [_row(f, pid) for f in frames[1:]]
+    assert all(r is not None and r.sched_source == "bpf" for r in rows), rows
+    assert all(r.gpu_sync_pct is None and r.gpu_sync_spin_pct is None for r in rows if r)
+    assert all(r.runq_after_input_pct is not None for r in rows if r), "measured, even if 0"
+
+
+def test_two_trainers_mapping_one_library_share_one_attachment(
+    probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
+) -> None:
+    args = ["--standin", "cuda-sleep", "--cuda-lib", str(cuda_lib), "--workers", "1"]
+    args += ["--sample-cpu-ms", "2", "--step-ms", "20"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with running_loop(tmp_path / "a", args) as (a, _), running_loop(tmp_path / "b", args) as (b, _):
+        sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
+        sampler.tick()
+        _tick_until(
+            sampler,
+            lambda f: all((r := _row(f, p)) is not None and r.gpu_sync_pct for p in (a, b)),
+        )
+    assert probe.cuda is not None
+    files = probe.cuda.functions()
+    st = os.stat(cuda_lib)
+    mine = [k for k in files if k[1] == st.st_ino]
+    assert len(mine) == 1, files
+    uprobes = [k for k in probe._handover.attachments if k.startswith(f"uprobe:{mine[0][0]}:")]  # type: ignore[union-attr]
+    assert len(uprobes) == 2 * len(files[mine[0]]), "one entry and one return probe per call"
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_trainer_in_its_own_mount_namespace_is_probed_through_its_root(
+    probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
+) -> None:
+    # The library exists only inside the trainer's mount namespace, under a path
+    # this process cannot see: the probe must reach it through /proc/PID/root.
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    code = (
+        "import ctypes, sys, time\n"
+        f"cu = ctypes.CDLL('{hidden}/libcuda.so.1')\n"
+        "cu.fake_cuda_set(ctypes.c_longlong(30_000_000), 0)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    cu.cuStreamSynchronize(None)\n"
+        "    time.sleep(0.03)\n"
+    )
+    script = (
+        f'mount -t tmpfs none {hidden} && cp {cuda_lib} {hidden}/ && exec {sys.executable} -c "$0"'
+    )
+    p = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, code],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        assert not os.path.exists(f"{hidden}/libcuda.so.1")
+        from gputop.model.readings import Pipeline
+
+        pipeline = Pipeline({}, frozenset({p.pid}))
+        probe.read(pipeline)
+        deadline = time.monotonic() + 15
+        measured = None
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            r = probe.read(pipeline)
+            if r is not None and p.pid in r.cuda_tgids and p.pid in r.per_tid:
+                measured = r.per_tid[p.pid].sync_ns / r.dt_ns
+                break
+        assert measured is not None, probe.cuda and probe.cuda.last_error
+        assert 0.3 < measured < 0.7, measured  # 30 ms of every ~60 ms
+    finally:
+        p.kill()
+        p.wait()
+        probe.read(Pipeline())
+
+
+def test_every_exit_leaves_no_uprobe_program_of_gputops(cuda_lib: Path, tmp_path: Path) -> None:
+    # A separate probe in a separate process, killed outright: its uprobe programs
+    # and their attachments must go with it.
+    code = (
+        "import sys, time\n"
+        "from gputop.model.readings import Pipeline\n"
+        "from gputop.sources.sched_probe import BpfSchedProbe\n"
+        "p = BpfSchedProbe(); p.open(); p.wait_attached(120)\n"
+        "pipe = Pipeline({}, frozenset({int(sys.argv[1])}))\n"
+        "while not (p.cuda and p.cuda.functions()):\n"
+        "    p.read(pipe); time.sleep(0.2)\n"
+        "print('attached', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    trainer = spawn_python(
+        "import ctypes, time\n"
+        f"cu = ctypes.CDLL({str(cuda_lib)!r})\n"
+        "while True:\n    cu.cuStreamSynchronize(None); time.sleep(0.01)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(trainer.pid)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])),
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "attached\n"
+        ids = held_prog_ids(holder.pid)
+        assert ids and ids <= loaded_prog_ids()
+        holder.kill()
+        holder.wait()
+        assert not wait_gone(ids), "programs left after SIGKILL"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        kill_all([trainer])

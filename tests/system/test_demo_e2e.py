@@ -1,0 +1,117 @@
+"""End to end: `gputop record --demo NAME` runs the real workload (CPU hogs in
+cpu-contention) and reaches its verdict, and nothing the demo started survives gputop's
+exit, Ctrl-C, SIGTERM, SIGHUP or SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from typing import Any
+
+import pytest
+
+from gputop.demo import SCENARIOS
+from tests.harness import start_gputop
+from tests.procutil import descendants, proc_comm, survivors
+from tests.recordutil import record_demo
+
+TICKS_TO_VERDICT = 5
+
+
+def summary(frames: list[dict[str, Any]]) -> str:
+    """What each frame saw, for failure messages: verdict, GPU, host, the job, the hogs."""
+    lines = []
+    for f in frames:
+        g = f["gpus"][0] if f["gpus"] else {}
+        job = [
+            (p["comm"], p["cpu_pct"], p["runq_pct"], p["offcpu_pct"])
+            for p in f["processes"]
+            if p["comm"] in ("demo_trainer", "pt_data_worker", "cpu_hog", "gputop-demo")
+        ]
+        lines.append(
+            f"{f['verdicts'][0]['state'] if f['verdicts'] else None} util={g.get('util')}"
+            f" sm={g.get('sm_active')} host={f['host']['cpu_pct']}/{f['host']['ncpu']} {job}"
+        )
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
+    expected = SCENARIOS[name].expect
+    frames = record_demo(name, interval=0.5, duration=3.5)
+    states = [f["verdicts"][0]["state"] for f in frames]
+    assert expected in states[:TICKS_TO_VERDICT], summary(frames)
+    assert states[-1] == expected, summary(frames)
+    last = frames[-1]
+    assert last["sources"]["gpu"] == "demo"
+    (trainer,) = [p for p in last["processes"] if p["role"] == "trainer" and p["gpus"] == [0]]
+    assert trainer["comm"] == "demo_trainer"
+    mine = [
+        p
+        for p in last["processes"]
+        if p["trainer_pid"] == trainer["pid"] and p["role"] == "dataloader"
+    ]
+    assert len(mine) == SCENARIOS[name].num_workers
+    assert all(p["comm"] == "pt_data_worker" for p in mine)
+    verdict = last["verdicts"][0]
+    if expected != "ok":
+        assert verdict["evidence"] and verdict["fixes"]
+
+
+def test_contention_really_lowers_sm_activity_against_healthy() -> None:
+    """Same GPU model, real CPU hogs: the modelled SM activity falls because real steps slow."""
+    healthy = record_demo("healthy", 0.5, 2.0)[-1]
+    contended = record_demo("cpu-contention", 0.5, 2.0)[-1]
+    assert contended["gpus"][0]["sm_active"] < 0.5 * healthy["gpus"][0]["sm_active"]
+    assert contended["gpus"][0]["util"] > 60
+    hogs = [p for p in contended["processes"] if p["comm"] == "cpu_hog"]
+    assert len(hogs) == SCENARIOS["cpu-contention"].hogs(min(2, len(os.sched_getaffinity(0))))
+
+
+# ---- no process left behind -------------------------------------------------------
+
+
+def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
+    return start_gputop(
+        *("record", "--demo", name, "--interval", "0.3", "--no-bpf", *extra),
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "name"),
+    [
+        ("exit", "healthy"),
+        ("ctrl-c", "cpu-contention"),
+        ("sigterm", "slow-dataloader"),
+        ("sighup", "healthy"),
+        ("sigkill", "cpu-contention"),
+    ],
+)
+def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
+    extra = ["--duration", "1.5"] if how == "exit" else []
+    proc = _start_record(name, extra)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first, proc.stderr.read() if proc.stderr else ""
+        tree = descendants(proc.pid)
+        comms = {proc_comm(pid) for pid in tree}
+        assert {"gputop-demo", "demo_trainer", "pt_data_worker"} <= comms, comms
+        if SCENARIOS[name].hogs_per_cpu:
+            assert "cpu_hog" in comms
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends to the foreground group
+        elif how != "exit":
+            sig = {"sigterm": signal.SIGTERM, "sighup": signal.SIGHUP, "sigkill": signal.SIGKILL}[
+                how
+            ]
+            os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=20)
+        assert survivors(tree) == []
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

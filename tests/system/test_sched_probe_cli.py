@@ -1,0 +1,230 @@
+"""The probe through the command line as root: live after compiling, the fallbacks when
+bcc, headers, BTF, tracefs or capabilities are missing, and detaching on SIGTERM."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
+from tests.harness import ROOT, gputop_cmd, gputop_env
+from tests.recordutil import probe_settled, procfs_with_note, record_frames, record_until
+
+IS_ROOT = os.geteuid() == 0
+BCC_WHY = find_bcc()[1]
+
+needs_root_bcc = pytest.mark.skipif(
+    not IS_ROOT or BCC_WHY is not None,
+    reason="needs root and bcc" if BCC_WHY is None else f"bcc unavailable: {BCC_WHY}",
+)
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root to change user or mounts")
+
+
+@pytest.mark.root
+@needs_root_bcc
+def test_record_as_root_switches_to_bpf_after_compiling():
+    # A process that both runs and sleeps, so a quiet machine still shows one.
+    busy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nwhile True:\n t=time.time()\n"
+            " while time.time()-t<0.02: pass\n time.sleep(0.02)",
+        ]
+    )
+    try:
+        frames = record_until(gputop_cmd("record", "--interval", "0.5"), probe_settled)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert frames
+    bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
+    assert bpf, [f["sources"] for f in frames]
+    # Once live it stays live, and only the probe fills in blocked time.
+    first = frames.index(bpf[0])
+    assert all(f["sources"]["sched"] == "bpf" for f in frames[first:])
+    assert any(p.get("blocked_pct") is not None for f in bpf for p in f["processes"])
+
+
+BCC_DIR = os.path.join(DISTRO_DIRS[0], "bcc")
+# Hiding this directory hides the kernel's BTF: for the process, a kernel without it.
+BTF_DIR = "/sys/kernel/btf"
+needs_unshare = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+needs_btf = pytest.mark.skipif(
+    not os.path.exists(f"{BTF_DIR}/vmlinux"), reason="the kernel has no BTF"
+)
+
+
+@pytest.mark.root
+@needs_root
+@needs_unshare
+@needs_btf
+def test_without_bcc_or_headers_the_object_built_ahead_of_time_goes_live():
+    # A private mount namespace in which the distro's bcc package and the kernel's
+    # modules tree are empty: for this one process, neither is installed.
+    frames = _record_hiding(BCC_DIR, "/lib/modules")
+    bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
+    assert bpf, [f["sources"] for f in frames]
+    # libbpf loads before the first tick: every frame is the probe's.
+    assert frames.index(bpf[0]) == 0, [f["sources"]["sched"] for f in frames]
+
+
+@pytest.mark.root
+@needs_root
+@needs_unshare
+def test_without_btf_or_bcc_falls_back_to_procfs_with_both_fixes():
+    if not os.path.isdir(BCC_DIR):
+        pytest.skip("bcc is not installed here at all")
+    frames = _record_hiding(BCC_DIR, BTF_DIR)
+    procfs_with_note(frames, "no BTF", "CONFIG_DEBUG_INFO_BTF", "not installed", "python3-bpfcc")
+
+
+def _record_hiding(
+    *paths: str, until: Callable[[dict[str, Any]], bool] | None = None
+) -> list[dict[str, Any]]:
+    """`gputop record` in a private mount namespace where these directories are empty."""
+    mounts = " && ".join(["true", *(f"mount -t tmpfs none {p}" for p in paths if os.path.isdir(p))])
+    script = f"{mounts} && exec " + " ".join(gputop_cmd("record", "--interval", "0.5"))
+    return record_until(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script], probe_settled
+    )
+
+
+@pytest.mark.root
+@needs_root_bcc
+@needs_unshare
+def test_without_btf_bcc_compiles_the_probe_and_goes_live():
+    frames = _record_hiding(BTF_DIR)
+    bpf = [f for f in frames if f["sources"]["sched"] == "bpf"]
+    assert bpf, [f["sources"] for f in frames]
+    first = frames.index(bpf[0])
+    assert all(f["sources"]["sched"] == "bpf" for f in frames[first:])
+
+
+@pytest.mark.root
+@needs_root_bcc
+@needs_unshare
+def test_without_btf_or_kernel_headers_falls_back_to_procfs_with_the_fix():
+    frames = _record_hiding("/lib/modules", BTF_DIR)
+    procfs_with_note(frames, "no BTF", "no kernel headers", "linux-headers-")
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_tracefs_falls_back_to_procfs_with_the_fix():
+    hide = [d for d in ("/sys/kernel/tracing", "/sys/kernel/debug") if os.path.isdir(d)]
+    frames = _record_hiding(*hide)
+    procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
+
+
+@pytest.mark.root
+@needs_root_bcc
+def test_a_failed_compile_falls_back_to_procfs_with_the_error(tmp_path: Path):
+    # Point bcc at a kernel tree that has only kconfig.h: it passes the headers
+    # check, and the compile itself then fails (nothing may reach stdout).
+    (tmp_path / "include" / "linux").mkdir(parents=True)
+    (tmp_path / "include" / "linux" / "kconfig.h").write_text("#error not a kernel tree\n")
+    frames = record_until(
+        gputop_cmd("record", "--interval", "0.5"),
+        probe_settled,
+        env=gputop_env(BCC_KERNEL_SOURCE=str(tmp_path), GPUTOP_BPF_LOADER="bcc"),
+    )
+    procfs_with_note(frames, "BPF program failed to load", "Failed to compile")
+
+
+@pytest.mark.root
+@needs_root
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv(1)")
+def test_without_bpf_capabilities_falls_back_to_procfs_with_the_fix():
+    # Still uid 0 (so it can run this venv's Python), but an empty capability
+    # bounding set: the exec'd process has no CAP_BPF, CAP_PERFMON or CAP_SYS_ADMIN.
+    frames = record_frames(
+        [
+            "setpriv",
+            "--bounding-set=-all",
+            "--",
+            *gputop_cmd("record", "--duration", "1.5", "--interval", "0.5"),
+        ]
+    )
+    procfs_with_note(frames, "needs root", "CAP_BPF", "fix: run gputop with sudo")
+
+
+_SYS_BPF = 321  # x86_64
+_BPF_PROG_GET_FD_BY_ID = 13
+
+
+def _prog_exists(prog_id: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = (ctypes.c_uint32 * 4)(prog_id, 0, 0, 0)
+    fd = libc.syscall(_SYS_BPF, _BPF_PROG_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
+    if fd >= 0:
+        os.close(fd)
+        return True
+    assert ctypes.get_errno() == errno.ENOENT, os.strerror(ctypes.get_errno())
+    return False
+
+
+def _prog_ids(pid: int) -> set[int]:
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+        except OSError:
+            pass
+    return ids
+
+
+@pytest.mark.root
+@needs_root_bcc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="bpf syscall number is x86_64's")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_detaches_the_probe_and_exits_cleanly(sig: signal.Signals):
+    p = subprocess.Popen(
+        gputop_cmd("record", "--interval", "0.3"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=gputop_env(),
+        cwd=ROOT,
+    )
+    try:
+        assert p.stdout is not None
+        deadline = time.monotonic() + 30
+        live = False
+        while not live and time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stdout], [], [], 1.0)
+            if ready:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                live = json.loads(line)["sources"]["sched"] == "bpf"
+        assert live, "the probe never went live"
+        ids = _prog_ids(p.pid)
+        assert ids, "a live probe holds its programs"
+        assert all(_prog_exists(i) for i in ids)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 128 + sig, err
+    assert "Traceback" not in err, err
+    assert not any(_prog_exists(i) for i in ids)

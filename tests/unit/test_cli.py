@@ -1,0 +1,35 @@
+"""The config file under the command line: its interval and thresholds, the command line
+winning, and the documented example accepted by the loader."""
+
+from __future__ import annotations
+
+from tests.harness import user_config
+
+
+def test_config_file_sets_interval_and_thresholds_and_the_command_line_wins(tmp_path, monkeypatch):
+    from gputop.cli import build_parser, options_from
+    from gputop.config import load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    user_config(tmp_path, "interval = 2.0\n[thresholds]\nsm_low_pct = 30\n")
+    config = load_config()
+    opts = options_from(build_parser().parse_args(["record"]), config)
+    assert opts.interval_s == 2.0 and opts.thresholds.sm_low_pct == 30.0
+    opts = options_from(build_parser().parse_args(["--interval", "1", "record"]), config)
+    assert opts.interval_s == 1.0 and opts.thresholds.sm_low_pct == 30.0
+
+
+def test_the_config_docstring_example_is_a_config_the_loader_accepts(tmp_path):
+    import textwrap
+
+    import gputop.config
+    from gputop.config import load_config
+    from gputop.model.diagnosis import Thresholds
+
+    doc = gputop.config.__doc__ or ""
+    example = textwrap.dedent(doc.split("Example::", 1)[1].split("\n\nA missing file", 1)[0])
+    path = tmp_path / "config.toml"
+    path.write_text(example)
+    config = load_config(path)
+    assert config.interval_s == 2.0 and config.keys["kill"] == "F9"
+    assert Thresholds.from_mapping(config.thresholds).sm_low_pct == 30.0

@@ -1,0 +1,124 @@
+"""The demo's GPU model, progress page, scenario registry and command line (no workload)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gputop.cli import main
+from gputop.demo import SCENARIOS, get_scenario
+from gputop.demo.gpumodel import GpuSpec, KernelProfile, clock_ratio, model_sample
+from gputop.demo.progress import SIZE, Progress, ProgressPage
+from gputop.errors import UsageError
+from gputop.runtime import Options, gpu_source
+
+SPEC = GpuSpec()
+COMPUTE = KernelProfile(sm_fill=0.9, dram_fill=0.3, full_power_w=620.0)
+HUNGRY = KernelProfile(sm_fill=0.92, dram_fill=0.5, full_power_w=900.0)
+
+
+def sample(busy: float, compute: float, profile: KernelProfile = COMPUTE, dt: float = 1.0):  # type: ignore[no-untyped-def]
+    return model_sample(
+        SPEC, profile, index=0, dt_s=dt, busy_s=busy * dt, compute_s=compute * dt, has_job=True
+    )
+
+
+def test_util_counts_queued_time_while_sm_counts_only_compute() -> None:
+    starving = sample(busy=0.95, compute=0.10)
+    assert starving.util == 95.0
+    assert starving.sm_active == pytest.approx(9.0)
+
+
+def test_power_follows_sm_activity() -> None:
+    low, high = sample(0.95, 0.10), sample(0.95, 0.90)
+    assert low.power_w is not None and high.power_w is not None
+    assert low.power_w < 0.4 * SPEC.power_limit_w < high.power_w
+
+
+def test_idle_gpu_draws_idle_power_and_reports_gpu_idle() -> None:
+    s = sample(0.0, 0.0)
+    assert (s.util, s.sm_active, s.power_w, s.throttle) == (
+        0.0,
+        0.0,
+        SPEC.idle_power_w,
+        ("gpu_idle",),
+    )
+
+
+def test_power_hungry_kernels_are_capped_and_clocked_down() -> None:
+    ratio = clock_ratio(SPEC, HUNGRY)
+    assert 0.5 < ratio < 1.0
+    s = sample(0.98, 0.95, HUNGRY)
+    assert s.throttle == ("sw_power_cap",)
+    assert s.power_w is not None and s.power_w <= SPEC.power_limit_w
+    assert s.sm_clock_mhz == round(SPEC.sm_clock_max_mhz * ratio)
+    assert clock_ratio(SPEC, COMPUTE) == 1.0
+
+
+@given(
+    busy=st.floats(0, 2, allow_nan=False),
+    compute=st.floats(0, 2, allow_nan=False),
+    dt=st.floats(0.01, 5),
+)
+def test_model_numbers_stay_physical(busy: float, compute: float, dt: float) -> None:
+    s = sample(busy, compute, HUNGRY, dt)
+    assert s.util is not None and s.sm_active is not None and s.power_w is not None
+    assert 0.0 <= s.sm_active <= s.util <= 100.0
+    assert SPEC.idle_power_w <= s.power_w <= SPEC.power_limit_w
+
+
+def test_progress_counts_the_running_step_up_to_now() -> None:
+    p = Progress(busy_done_ns=1000, step_t0_ns=5000)
+    assert p.busy_ns(5600) == 1600
+    assert Progress(busy_done_ns=1000).busy_ns(9999) == 1000
+
+
+def test_progress_compute_excludes_work_still_queued() -> None:
+    p = Progress(sched_compute_ns=10_000, gpu_free_at_ns=8_000)
+    assert p.compute_ns(6_000) == 8_000
+    assert p.compute_ns(9_000) == 10_000
+
+
+def test_progress_page_round_trips_between_mappings() -> None:
+    fd = os.memfd_create("test-progress")
+    try:
+        os.ftruncate(fd, SIZE)
+        writer, reader = ProgressPage(fd), ProgressPage(fd)
+        p = Progress(ready=1, trainer_pid=42, steps=7, busy_done_ns=123, sched_compute_ns=99)
+        writer.write(p)
+        assert reader.read() == p
+        writer.close()
+        reader.close()
+        reader.close()
+    finally:
+        os.close(fd)
+
+
+def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
+    expected = {
+        "healthy": "ok",
+        "cpu-contention": "busy_but_starving",
+        "slow-dataloader": "input_bound",
+        "memory-bound": "low_sm_efficiency",
+        "throttled": "throttled",
+    }
+    assert {n: s.expect for n, s in SCENARIOS.items() if n in expected} == expected
+    assert SCENARIOS["cpu-contention"].hogs(2) > 2
+    assert SCENARIOS["healthy"].hogs(2) == 0
+
+
+def test_unknown_scenario_is_a_usage_error_naming_the_valid_ones() -> None:
+    with pytest.raises(UsageError, match=r"unknown demo 'nope'.*healthy.*cpu-contention"):
+        get_scenario("nope")
+    with pytest.raises(UsageError, match="choose from"):
+        gpu_source(Options(demo="nope"))
+
+
+def test_demo_list_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name, sc in SCENARIOS.items():
+        assert name in out and sc.expect in out

@@ -1,0 +1,86 @@
+"""`gputop export`'s collector on a frame built here: every series with its labels, absent
+not zero where unknown, and --listen parsed."""
+
+from __future__ import annotations
+
+import pytest
+
+from gputop.errors import UsageError
+from gputop.export import parse_listen
+from gputop.model.frame import VERDICT_STATES
+from tests.exportutil import FRAME, one, scrape_collector
+
+
+def test_gpu_metrics_carry_host_index_and_uuid() -> None:
+    f = scrape_collector(FRAME)
+    assert (
+        one(f, "gputop_gpu_utilization_percent", Hostname="node1", gpu="0", UUID="GPU-aaa") == 97.0
+    )
+    assert one(f, "gputop_gpu_sm_active_percent", gpu="0") == 12.0
+    assert one(f, "gputop_gpu_power_watts", gpu="1", UUID="GPU-bbb") == 60.0
+    assert one(f, "gputop_gpu_memory_used_bytes", gpu="0") == 62000 * 2**20
+    assert one(f, "gputop_gpu_throttled", gpu="0") == 1.0
+    assert one(f, "gputop_gpu_throttled", gpu="1") == 0.0
+    assert one(f, "gputop_gpu_throttle_reason", gpu="0", reason="sw_power_cap") == 1.0
+
+
+def test_sm_active_is_absent_not_zero_when_unknown() -> None:
+    f = scrape_collector(FRAME)
+    assert [s.labels["gpu"] for s in f["gputop_gpu_sm_active_percent"]] == ["0"]
+
+
+def test_processes_exported_are_trainers_workers_and_gpu_users() -> None:
+    f = scrape_collector(FRAME)
+    pids = {s.labels["pid"]: s.labels["role"] for s in f["gputop_process_cpu_percent"]}
+    assert pids == {"100": "trainer", "101": "dataloader", "102": "pin_memory", "200": "other"}
+    assert one(f, "gputop_process_offcpu_percent", pid="100", comm="python3") == 51.7
+    assert "101" not in {s.labels["pid"] for s in f["gputop_process_offcpu_percent"]}
+    assert one(f, "gputop_process_runq_percent", pid="101") == 30.2
+    assert one(f, "gputop_process_preemptions_per_second", pid="100") == 120.5
+    assert one(f, "gputop_process_preemptions_total", pid="100") == 14504
+    assert one(f, "gputop_process_gpu_memory_bytes", pid="200") == 1000 * 2**20
+
+
+def test_verdict_is_one_for_the_current_state_only() -> None:
+    f = scrape_collector(FRAME)
+    for state in VERDICT_STATES:
+        expected = 1.0 if state == "busy_but_starving" else 0.0
+        assert one(f, "gputop_verdict", gpu="0", UUID="GPU-aaa", state=state) == expected
+    assert one(f, "gputop_verdict", gpu="1", state="idle") == 1.0
+
+
+def test_host_metrics() -> None:
+    f = scrape_collector(FRAME)
+    assert one(f, "gputop_host_cpu_percent", Hostname="node1") == 93.1
+    assert one(f, "gputop_host_load1") == 12.3
+    assert one(f, "gputop_host_psi_cpu_some_percent") == 41.0
+    assert "gputop_host_psi_cpu_full_percent" not in f
+    assert one(f, "gputop_host_memory_total_bytes") == 200 * 2**20
+    assert one(f, "gputop_source_info", gpu_source="nvml", sched_source="bpf") == 1.0
+
+
+def test_before_the_first_frame_only_up_is_zero() -> None:
+    f = scrape_collector(None)
+    assert list(f) == ["gputop_up"]
+    assert one(f, "gputop_up", Hostname="node1") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9400", ("127.0.0.1", 9400)),
+        (":9400", ("0.0.0.0", 9400)),
+        ("[::1]:9400", ("::1", 9400)),
+        ("localhost:0", ("localhost", 0)),
+    ],
+)
+def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["9400", "127.0.0.1", "127.0.0.1:http", "127.0.0.1:99999", "::1:9400", ""]
+)
+def test_bad_listen_addresses(text: str) -> None:
+    with pytest.raises(UsageError, match="--listen"):
+        parse_listen(text)

@@ -1,0 +1,229 @@
+"""The join stage, pure: /proc and probe readings (built here) in, rows and the pipeline out.
+
+No /proc, no probe, no clock: each test writes what the sources would have read.
+"""
+
+from __future__ import annotations
+
+from gputop.model.frame import HostSample, ThreadSample
+from gputop.model.hostjoin import TRAINER_GRACE_S, HostJoin, input_pipeline
+from gputop.model.readings import (
+    GpuUse,
+    PreemptorTime,
+    ProbeReading,
+    ProcDetail,
+    ProcScan,
+    ProcStat,
+    TaskSched,
+)
+
+HOST = HostSample(cpu_pct=10.0, ncpu=2, load1=0.5)
+MS = 1_000_000
+TRAINER, WORKER, NEW_WORKER, HOG, IDLE = 100, 101, 102, 200, 300
+
+
+def stat(pid: int, ppid: int = 1, comm: str = "python", cpu: float = 0.0) -> ProcStat:
+    return ProcStat(
+        pid=pid, ppid=ppid, comm=comm, state="S", start=pid * 10, nthreads=1, kthread=False,
+        cpu_pct=cpu,
+    )  # fmt: skip
+
+
+def scan(*procs: ProcStat, dt: float | None = 1.0) -> ProcScan:
+    return ProcScan(host=HOST, procs={p.pid: p for p in procs}, dt=dt)
+
+
+def thread(tid: int, comm: str = "python", off: float = 50.0, runq: float = 5.0) -> ThreadSample:
+    return ThreadSample(
+        tid=tid, comm=comm, cpu_pct=100 - off, offcpu_pct=off, runq_pct=runq, preempt_per_s=1.0,
+        vcsw_per_s=2.0,
+    )  # fmt: skip
+
+
+def detail(*threads: ThreadSample, rates: bool = True) -> ProcDetail:
+    return ProcDetail(
+        cmdline="python train.py",
+        user="alice",
+        threads=threads,
+        switch_totals={t.tid: (7, 3) for t in threads},
+        d_vol=20,
+        d_invol=10,
+        rates=rates,
+        vcsw_total=70,
+        preempt_total=30,
+        cpus_allowed=(0, 1),
+        cpu_quota=None,
+    )
+
+
+def job() -> ProcScan:
+    """A trainer with one DataLoader worker, a busy hog and an idle process."""
+    return scan(
+        stat(TRAINER, cpu=80.0),
+        stat(WORKER, ppid=TRAINER, comm="pt_data_worker", cpu=30.0),
+        stat(HOG, comm="stress", cpu=99.0),
+        stat(IDLE, comm="sleep", cpu=0.0),
+    )
+
+
+def tick(j: HostJoin, s: ProcScan, probe: ProbeReading | None = None, now: float = 1.0):  # type: ignore[no-untyped-def]
+    choice = j.choose(s, now, (), lambda pid, start: "python train.py")
+    details = {pid: detail(thread(pid)) for pid in choice.detail}
+    return choice, j.join(s, choice, details, {}, probe)
+
+
+def test_roles_and_rows_come_from_the_process_tree_and_cpu() -> None:
+    choice, got = tick(HostJoin(top_n=1), job())
+    rows = {p.pid: p for p in got.processes}
+    assert rows[TRAINER].role == "trainer" and rows[WORKER].role == "dataloader"
+    assert rows[WORKER].trainer_pid == TRAINER
+    assert HOG in rows, "the top CPU consumer"
+    assert IDLE not in rows, "idle processes do not pad the table once rates exist"
+    # CPU limits are read for the training job only.
+    assert choice.detail == {TRAINER: True, WORKER: True, HOG: False}
+    assert rows[HOG].cpus_allowed is None and rows[TRAINER].cpus_allowed == (0, 1)
+
+
+def test_the_pipeline_for_the_probe_names_workers_and_watched_processes() -> None:
+    _, got = tick(HostJoin(), job())
+    assert dict(got.pipeline.feeds) == {WORKER: TRAINER}
+    assert got.pipeline.watched == {TRAINER, WORKER}
+    assert got.pipeline == input_pipeline(got.processes)
+
+
+def test_a_trainer_keeps_its_role_for_a_grace_period_without_workers() -> None:
+    j = HostJoin()
+    tick(j, job(), now=1.0)
+    alone = scan(stat(TRAINER, cpu=5.0))
+    _, got = tick(j, alone, now=1.0 + TRAINER_GRACE_S - 1)
+    assert {p.pid: p.role for p in got.processes}[TRAINER] == "trainer"
+    _, got = tick(j, alone, now=1.0 + 2 * TRAINER_GRACE_S + 1)
+    assert not any(p.pid == TRAINER and p.role == "trainer" for p in got.processes)
+
+
+def test_a_process_with_a_pin_memory_thread_is_a_trainer_with_a_row_for_the_thread() -> None:
+    j = HostJoin()
+    s = scan(stat(TRAINER, cpu=50.0))
+    choice = j.choose(s, 1.0, (), lambda p, st: "")
+    assert choice.detail == {TRAINER: False}
+    d = detail(thread(TRAINER), thread(TRAINER + 5, comm="pt_data_pin"))
+    got = j.join(s, choice, {TRAINER: d}, {}, None)
+    rows = {p.pid: p for p in got.processes}
+    assert rows[TRAINER].role == "trainer"
+    pin = rows[TRAINER + 5]
+    assert (pin.role, pin.trainer_pid, pin.preempt_total, pin.vcsw_total) == (
+        "pin_memory",
+        TRAINER,
+        3,
+        7,
+    )
+    assert got.pipeline.feeds == {TRAINER + 5: TRAINER}
+    assert got.pipeline.watched == {TRAINER}, "a thread of its trainer is not watched apart"
+    # Next tick its CPU limits are read too: it is a training job now.
+    assert j.choose(s, 2.0, (), lambda p, st: "").detail == {TRAINER: True}
+
+
+def test_the_probe_replaces_procs_estimates_where_it_saw_the_whole_interval() -> None:
+    main = TaskSched(runq_ns=300 * MS, blocked_ns=200 * MS, oncpu_ns=500 * MS, wait_irq_ns=150 * MS)
+    group = TaskSched(nivcsw=40, nvcsw=10, longest_offcpu_ns=90 * MS, hist=(1,) * 40)
+    probe = ProbeReading(dt_ns=1000 * MS, per_tgid={TRAINER: group}, per_tid={TRAINER: main})
+    _, got = tick(HostJoin(), job(), probe)
+    rows = {p.pid: p for p in got.processes}
+    t = rows[TRAINER]
+    assert (t.offcpu_pct, t.runq_pct, t.blocked_pct, t.wait_irq_pct) == (50.0, 30.0, 20.0, 15.0)
+    assert (t.preempt_per_s, t.vcsw_per_s, t.longest_stall_ms) == (40.0, 10.0, 90.0)
+    assert t.sched_source == "bpf"
+    w = rows[WORKER]
+    assert (w.offcpu_pct, w.runq_pct, w.wait_input_pct, w.sched_source) == (
+        50.0,
+        5.0,
+        None,
+        "procfs",
+    ), "no probe numbers for it: /proc's estimates, and the split stays null"
+
+
+def test_without_rates_yet_the_first_tick_has_no_sched_source() -> None:
+    j = HostJoin()
+    s = scan(stat(TRAINER, cpu=1.0), dt=None)
+    choice = j.choose(s, 1.0, (TRAINER,), lambda p, st: "")
+    got = j.join(s, choice, {TRAINER: detail(thread(TRAINER), rates=False)}, {}, None)
+    (row,) = got.processes
+    assert row.sched_source is None and row.preempt_per_s == 0.0
+    assert row.role == "trainer", "a GPU holder is a trainer"
+
+
+def test_a_worker_the_probe_did_not_know_yet_counts_as_input_once() -> None:
+    # The probe had last tick's pipeline: NEW_WORKER (born since) woke the trainer
+    # as "another process". This tick's roles know it is a worker.
+    j = HostJoin()
+    s = scan(
+        stat(TRAINER, cpu=50.0),
+        stat(WORKER, ppid=TRAINER, comm="pt_data_worker", cpu=10.0),
+        stat(NEW_WORKER, ppid=TRAINER, comm="pt_data_worker", cpu=10.0),
+    )
+    main = TaskSched(
+        blocked_ns=400 * MS,
+        wait_input_ns=100 * MS,
+        wait_other_ns=300 * MS,
+        other_wakers=((NEW_WORKER, 250 * MS), (HOG, 50 * MS)),
+        wait_totals_ns=(1000 * MS, 0, 0, 300 * MS),
+    )
+    probe = ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main})
+    _, got = tick(j, s, probe)
+    t = {p.pid: p for p in got.processes}[TRAINER]
+    assert (t.wait_input_pct, t.wait_other_pct) == (35.0, 5.0)
+    assert (t.wait_input_total_ms, t.wait_other_total_ms) == (1250.0, 50.0)
+    # Next interval: nothing new moved, the running total remembers what was.
+    main2 = TaskSched(wait_totals_ns=(1100 * MS, 0, 0, 300 * MS))
+    _, got = tick(j, s, ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main2}))
+    t = {p.pid: p for p in got.processes}[TRAINER]
+    assert (t.wait_input_total_ms, t.wait_other_total_ms) == (1350.0, 50.0)
+
+
+def test_preemptors_are_named_and_shared_out() -> None:
+    probe = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={},
+        per_tid={},
+        preemptors={
+            TRAINER: (PreemptorTime(HOG, 300 * MS, 30), PreemptorTime(999, 100 * MS, 1)),
+            WORKER: (),
+        },
+    )
+    _, got = tick(HostJoin(), job(), probe)
+    rows = {p.pid: p for p in got.processes}
+    assert [(p.pid, p.comm, p.share_pct) for p in rows[TRAINER].preemptors or ()] == [
+        (HOG, "stress", 75.0),
+        (999, "?", 25.0),
+    ]
+    assert rows[WORKER].preemptors == ()
+    assert rows[HOG].preemptors is None, "only watched processes are measured"
+
+
+def test_gpu_use_reaches_the_row_and_makes_a_trainer() -> None:
+    j = HostJoin()
+    s = scan(stat(TRAINER, cpu=1.0))
+    use = GpuUse().plus(0, 1000, 40.0).plus(1, 500, None)
+    choice = j.choose(s, 1.0, {TRAINER}, lambda p, st: "")
+    got = j.join(s, choice, {TRAINER: detail(thread(TRAINER))}, {TRAINER: use}, None)
+    (row,) = got.processes
+    assert (row.role, row.gpus, row.gpu_mem_mib, row.gpu_sm_pct) == ("trainer", (0, 1), 1500, 40.0)
+
+
+def test_gpu_sync_is_null_unless_the_processs_cuda_library_was_probed() -> None:
+    main = TaskSched(sync_ns=600 * MS, sync_oncpu_ns=100 * MS, sync_runq_ns=50 * MS)
+    probe = ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main, WORKER: main})
+    probed = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={},
+        per_tid={TRAINER: main, WORKER: TaskSched()},
+        cuda_tgids=frozenset({TRAINER, WORKER}),
+    )
+    _, got = tick(HostJoin(), job(), probe)
+    t = {p.pid: p for p in got.processes}[TRAINER]
+    assert t.gpu_sync_pct is None and t.runq_after_input_pct == 0.0, "measured, 0"
+    _, got = tick(HostJoin(), job(), probed)
+    rows = {p.pid: p for p in got.processes}
+    t = rows[TRAINER]
+    assert (t.gpu_sync_pct, t.gpu_sync_spin_pct, t.gpu_sync_runq_pct) == (60.0, 10.0, 5.0)
+    assert rows[WORKER].gpu_sync_pct == 0.0, "probed and never waited: a measured 0"

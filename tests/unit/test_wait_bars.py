@@ -1,0 +1,91 @@
+"""The time bar's cells and the wait lines, without the app: cells fill the width in order,
+/proc alone says what needs eBPF, and earlier blocked time is scaled into its share."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gputop.model.waits import wait_split
+from gputop.screens.process import wait_lines
+from gputop.widgets.wait_bars import bar_cells
+from tests.frames_fixture import STARVING_TRAINER_PID, make_frames, unmeasured
+
+
+def test_bar_cells_fill_the_width_exactly_in_order() -> None:
+    frame = make_frames(5)[-1]
+    for p in frame.processes:
+        split = wait_split(p)
+        if split is None:
+            continue
+        for width in (10, 33, 57):
+            runs = bar_cells(split, width)
+            assert sum(n for _, n in runs) == width
+            keys = [k for k, _ in runs]
+            assert keys == [s.key for s in split.segments if s.key in keys]
+
+
+def test_wait_lines_under_proc_say_what_needs_ebpf() -> None:
+    p = next(q for q in unmeasured(make_frames(3))[-1].processes if q.pid == STARVING_TRAINER_PID)
+    lines = wait_lines(p)
+    assert lines[0].startswith("last interval: on-CPU") and "blocked" in lines[0]
+    assert "what it waits on (input, GPU, ...) needs the eBPF probe" in lines
+    assert "preempted by: needs the eBPF probe" in lines
+
+
+def test_a_frame_carrying_earlier_blocked_time_is_scaled_into_its_blocked_share() -> None:
+    p = replace(
+        make_frames(1)[0].processes[0],
+        offcpu_pct=40.0,
+        runq_pct=10.0,
+        wait_input_pct=45.0,
+        wait_irq_pct=15.0,
+        wait_thread_pct=0.0,
+        wait_other_pct=0.0,
+    )
+    split = wait_split(p)
+    assert split is not None
+    assert [round(s.pct, 1) for s in split.segments] == [60.0, 10.0, 22.5, 7.5, 0.0]
+    still_asleep = replace(p, wait_input_pct=5.0, wait_irq_pct=0.0)
+    split = wait_split(still_asleep)
+    assert split is not None and split.pct("other") == 25.0
+
+
+def test_with_the_gpu_wait_measured_time_in_sync_is_the_gpus_whatever_the_state() -> None:
+    # 40% on a CPU of which 25 spinning in sync; 20% run queue of which 5 in sync and 5
+    # right after a batch; 40% blocked: 20 in sync, 10 waiting for input, 10 interrupt.
+    p = replace(
+        make_frames(1)[0].processes[0],
+        offcpu_pct=60.0,
+        runq_pct=20.0,
+        wait_input_pct=10.0,
+        wait_irq_pct=10.0,
+        wait_thread_pct=0.0,
+        wait_other_pct=0.0,
+        runq_after_input_pct=5.0,
+        gpu_sync_pct=50.0,
+        gpu_sync_spin_pct=25.0,
+        gpu_sync_runq_pct=5.0,
+    )
+    split = wait_split(p)
+    assert split is not None and split.measured
+    got = {s.key: round(s.pct, 1) for s in split.segments}
+    assert got == {"cpu": 15.0, "runq": 10.0, "input": 15.0, "gpu": 50.0, "other": 10.0}
+    assert sum(got.values()) == 100.0
+
+
+def test_without_the_gpu_measured_interrupt_wakeups_stand_in_for_it() -> None:
+    p = replace(
+        make_frames(1)[0].processes[0],
+        offcpu_pct=60.0,
+        runq_pct=20.0,
+        wait_input_pct=10.0,
+        wait_irq_pct=25.0,
+        wait_thread_pct=0.0,
+        wait_other_pct=0.0,
+        runq_after_input_pct=5.0,
+    )
+    split = wait_split(p)
+    assert split is not None
+    got = {s.key: round(s.pct, 1) for s in split.segments}
+    assert got == {"cpu": 40.0, "runq": 15.0, "input": 15.0, "irq": 25.0, "other": 5.0}
+    assert "gpu" not in got
