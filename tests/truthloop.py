@@ -6,9 +6,10 @@ worker) and a GPU stand-in step that sleeps or busy-spins. Around every
 ``next(iterator)`` it reads its main thread's wall clock (``time.perf_counter``,
 CLOCK_MONOTONIC), its on-CPU time (``time.thread_time_ns``) and its run-queue
 wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
-*blocked* inside ``next``. One line per step goes to ``--out``:
+*blocked* inside ``next``; around the GPU step it reads its on-CPU time again (what
+a spinning synchronization burns). One line per step goes to ``--out``:
 
-    next_start next_end blocked_in_next_ns step_end runq_in_next_ns
+    next_start next_end blocked_in_next_ns step_end runq_in_next_ns step_cpu_ns
 
 (monotonic seconds, nanoseconds). ``blocked_share()`` turns those lines into the
 share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
@@ -216,8 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open(args.out, "w", buffering=1) as out:
         while args.no_next:
             t0 = time.perf_counter()
+            c0 = time.thread_time_ns()
             gpu_step()
-            out.write(f"{t0:.7f} {t0:.7f} 0 {time.perf_counter():.7f} 0\n")
+            end = time.perf_counter()
+            out.write(f"{t0:.7f} {t0:.7f} 0 {end:.7f} 0 {time.thread_time_ns() - c0}\n")
         while True:
             phase.set(1)
             t0 = time.perf_counter()
@@ -233,9 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             r1 = _run_delay_ns(tid)
             blocked = int((t1 - t0) * 1e9) - (c1 - c0) - (r1 - r0)
             phase.set(0)
+            c2 = time.thread_time_ns()
             gpu_step()
             end = time.perf_counter()
-            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0}\n")
+            c3 = time.thread_time_ns()
+            out.write(
+                f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2}\n"
+            )
 
 
 @dataclass(frozen=True)
@@ -247,16 +254,24 @@ class Step:
     blocked_ns: int
     step_end: float
     runq_ns: int = 0  # waiting for a CPU inside next()
+    step_cpu_ns: int = 0  # on a CPU during the GPU step (a spinning sync's own CPU time)
 
 
 def read_steps(path: Path) -> list[Step]:
     steps = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) != 5:
+        if len(parts) != 6:
             continue  # the last line may be half-written
         steps.append(
-            Step(float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3]), int(parts[4]))
+            Step(
+                float(parts[0]),
+                float(parts[1]),
+                int(parts[2]),
+                float(parts[3]),
+                int(parts[4]),
+                int(parts[5]),
+            )
         )
     return steps
 
