@@ -240,9 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpu_step()
             end = time.perf_counter()
             c3 = time.thread_time_ns()
-            out.write(
-                f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2}\n"
-            )
+            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2}\n")
 
 
 @dataclass(frozen=True)
