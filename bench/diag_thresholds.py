@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.fakecuda import build_fake_cuda  # noqa: E402
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc  # noqa: E402
 from tests.torchjob import loop_share_pct, running_loop  # noqa: E402
 
@@ -57,6 +58,31 @@ EXPERIMENTS: dict[str, tuple[dict[str, object], int]] = {
         {"workers": 0, "item_cpu_ms": 2, "batch_size": 8, "step_ms": 20, "step": "sleep"},
         4,
     ),
+    # The GPU step through the fake libcuda (its wait measured by the uprobes).
+    "cuda-gpu-side": (
+        {"workers": 2, "item_cpu_ms": 0.25, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        0,
+    ),
+    "cuda-spin-hogs": (
+        {"workers": 2, "item_cpu_ms": 0.25, "batch_size": 8, "step_ms": 20, "step": "spin"},
+        4,
+    ),
+    "cuda-starve": (
+        {"workers": 2, "item_cpu_ms": 4, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        4,
+    ),
+    "cuda-nw0-cheap": (
+        {"workers": 0, "item_cpu_ms": 0.1, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        0,
+    ),
+    "cuda-nw0-loads": (
+        {"workers": 0, "item_cpu_ms": 2, "batch_size": 8, "step_ms": 20, "step": "sleep"},
+        0,
+    ),
+    "cuda-nw0-spin": (
+        {"workers": 0, "item_cpu_ms": 0.1, "batch_size": 8, "step_ms": 20, "step": "spin"},
+        0,
+    ),
 }
 
 
@@ -70,6 +96,8 @@ def _fmt(v: float | None) -> str:
 
 def run(name: str, seconds: float, bpf: bool, tmp: Path) -> None:
     cfg, nhogs = EXPERIMENTS[name]
+    if name.startswith("cuda-"):
+        cfg = {**cfg, "cuda_lib": str(build_fake_cuda())}
     with running_loop(tmp, cfg, name=name.replace("-", "_")) as (loop, stats):
         hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(nhogs)]
         try:
@@ -128,9 +156,17 @@ def run(name: str, seconds: float, bpf: bool, tmp: Path) -> None:
     wrq = _mean([p["runq_pct"] for p in wk if p["runq_pct"] is not None])
     wpre = _mean([p["preempt_per_s"] for p in wk])
     host = _mean([f["host"]["cpu_pct"] for f in warm])
+    sync = _mean([p["gpu_sync_pct"] for p in tr if p.get("gpu_sync_pct") is not None])
+    spin = _mean([p["gpu_sync_spin_pct"] for p in tr if p.get("gpu_sync_spin_pct") is not None])
+    srq = _mean([p["gpu_sync_runq_pct"] for p in tr if p.get("gpu_sync_runq_pct") is not None])
+    # On a CPU outside CUDA synchronization (its own work), where the sync is measured.
+    work = None if off is None or sync is None else 100.0 - off - (spin or 0.0)
+    # The host's share: run queue outside sync plus waiting for batches (measured).
+    hostw = None if winp is None else (runq or 0.0) - (srq or 0.0) + winp
     states = [f["verdicts"][0]["state"] for f in frames]
     print(
         f"{name:<14} {_fmt(inp)} {_fmt(gpu)} | {_fmt(off)} {_fmt(runq)} {_fmt(winp)} {_fmt(wirq)}"
+        f" {_fmt(sync)} {_fmt(spin)} {_fmt(work)} {_fmt(hostw)}"
         f" | {_fmt(wrq)} {_fmt(wpre)} {nw:>2} | {_fmt(host)} | {' '.join(s[:8] for s in states)}",
         flush=True,
     )
@@ -145,10 +181,11 @@ def main() -> None:
     print(f"host: {os.cpu_count()} CPUs; source: {'procfs' if a.no_bpf else 'bpf if available'}")
     print(
         f"{'experiment':<14} {'loop:':>5} {'':>5} | {'trainer:':>8} {'':>5} {'':>5} {'':>5}"
-        f" | {'workers:':>8} {'':>5} {'':>2} | {'host':>5} |"
+        f" {'':>5} {'':>5} {'':>5} {'':>5} | {'workers:':>8} {'':>5} {'':>2} | {'host':>5} |"
     )
     print(
         f"{'':<14} {'input':>5} {'gpu':>5} | {'off':>5} {'runq':>5} {'w_in':>5} {'w_irq':>5}"
+        f" {'sync':>5} {'spin':>5} {'work':>5} {'hostw':>5}"
         f" | {'runq':>5} {'pre/s':>5} {'n':>2} | {'cpu%':>5} | verdicts"
     )
     with tempfile.TemporaryDirectory() as d:

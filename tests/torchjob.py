@@ -64,7 +64,9 @@ def running_trainer(
 # A training loop that measures where its own time goes. argv[1] is a JSON config:
 # workers, item_cpu_ms (CPU time a worker spends per sample), batch_size, step_ms
 # (the GPU-wait stand-in), step ("sleep": a blocking sync; "spin": CUDA's default
-# spin-wait), start_method, persistent, cpus (affinity, optional). It prints "ready"
+# spin-wait), start_method, persistent, cpus (affinity, optional), cuda_lib (optional:
+# the step is then the fake libcuda's cuStreamSynchronize, sleeping or spinning as "step"
+# says; tests/fakecuda/). It prints "ready"
 # once batches flow, then appends one JSON line per second to argv[2]: cumulative
 # seconds spent inside next(iterator) ("input_s") and in the stand-in ("step_s"),
 # with perf_counter.
@@ -102,6 +104,12 @@ if __name__ == "__main__":
     dl = DataLoader(Data(), num_workers=n, batch_size=cfg["batch_size"], **kw)
     it = iter(dl)
     next(it)
+    sync = None
+    if cfg.get("cuda_lib"):
+        import ctypes
+        cu = ctypes.CDLL(cfg["cuda_lib"])
+        cu.fake_cuda_set(ctypes.c_longlong(int(cfg["step_ms"] * 1e6)), int(cfg["step"] == "spin"))
+        sync = cu.cuStreamSynchronize
     print("ready", flush=True)
     out = open(sys.argv[2], "a", buffering=1)
     input_s = step_s = 0.0
@@ -110,7 +118,9 @@ if __name__ == "__main__":
         t0 = time.perf_counter()
         next(it)
         t1 = time.perf_counter()
-        if cfg["step"] == "spin":
+        if sync is not None:
+            sync(None)
+        elif cfg["step"] == "spin":
             end = t1 + cfg["step_ms"] / 1000.0
             while time.perf_counter() < end:
                 pass
