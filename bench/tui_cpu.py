@@ -1,21 +1,25 @@
 """gputop's own CPU and memory in a real terminal (tmux) beside nvitop's, and time to first frame.
 
-    python bench/tui_cpu.py                      # gputop (probe on as root), gputop --no-bpf
-                                                 # and nvitop, alternating, 2 rounds each
+    python bench/tui_cpu.py                      # gputop (probe on as root), gputop --no-bpf,
+                                                 # gputop record and nvitop, alternating, 2 rounds
+    python bench/tui_cpu.py --procs 1000         # the same with 1,000 idle processes on the host
     python bench/tui_cpu.py --rounds 3 --only gputop nvitop
     python bench/tui_cpu.py --interval 0.1 --only gputop gputop-no-bpf
-    python bench/tui_cpu.py --mode fixture       # the TUI alone on fixture frames (50 rows)
+    python bench/tui_cpu.py --mode fixture       # the TUI alone on fixture frames (--rows 50)
     python bench/tui_cpu.py --mode live [--no-bpf]   # `gputop --top 50` on this machine (no GPU)
     python bench/tui_cpu.py --mode demo --demo cpu-contention
 
 compare mode (default): every program sees the same 2 GPUs from the C fake NVML
 (tests/fakenvml, through LD_LIBRARY_PATH), in the same tmux size (120x40) at the
 same refresh interval (1 s). The subjects run one after another, alternating
-(gputop, gputop --no-bpf, nvitop, gputop, ...), so a change in the machine's load
-hits each of them alike; ``uptime`` is printed with every run. For each run: time to
-first frame (gputop: the status line is drawn, the eBPF probe still compiling in its
-child at nice 19; nvitop: the GPU name is on screen), the time until gputop's probe
-is live, then a warm-up (3 s) and the measured window (30 s).
+(gputop, gputop --no-bpf, gputop record, nvitop, gputop, ...), so a change in the
+machine's load hits each of them alike; ``uptime`` is printed with every run. For each
+run: time to first frame (gputop: the status line is drawn, the eBPF probe still
+compiling in its child at nice 19; nvitop: the GPU name is on screen; ``gputop record``,
+the headless sampler with the probe, writing JSON lines to a file: its first line), the
+time until gputop's probe is live, then a warm-up (3 s) and the measured window (30 s).
+``--procs N`` starts N idle processes (a tiny C program, bench/host_tick.py's spawner)
+before the first run and ends them after the last: every subject sees the same host.
 
 CPU % is of one core: utime+stime of the program's process tree over the window,
 each process counted once (``/proc/PID/stat`` of a process, never of its threads,
@@ -46,8 +50,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 GPU_NAME = "H100 80GB HBM3"  # from the fake's default name, drawn by both programs
-SUBJECTS = ("gputop", "gputop-no-bpf", "nvitop")
+SUBJECTS = ("gputop", "gputop-no-bpf", "gputop-record", "nvitop")
+# The subjects that run with the eBPF probe (as root): each waits until it is live.
+PROBED = ("gputop", "gputop-record")
 
 
 def child(interval_s: float, n_procs: int) -> None:
@@ -88,6 +95,32 @@ def child(interval_s: float, n_procs: int) -> None:
 
 
 # ---- measuring -------------------------------------------------------------------
+
+
+def count_processes() -> int:
+    return sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+
+class IdleProcesses:
+    """``n`` idle processes (one thread each) for the length of a ``with`` block."""
+
+    def __init__(self, n: int, directory: str) -> None:
+        self.n = n
+        self.directory = directory
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> IdleProcesses:
+        if self.n > 0:
+            from bench.host_tick import build_spawner, spawn
+
+            self.proc = spawn(build_spawner(self.directory), self.n, 1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            # The children die with their parent (PR_SET_PDEATHSIG).
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _stat(pid: int) -> list[bytes] | None:
@@ -168,9 +201,12 @@ class Tmux:
     def screen(self) -> str:
         return self._out("capture-pane", "-p", "-t", self.name)
 
-    def wait_for(self, text: str, started: float, timeout_s: float) -> float | None:
+    def wait_for(
+        self, text: str, started: float, timeout_s: float, output: str | None = None
+    ) -> float | None:
+        """Seconds from ``started`` until ``text`` is on the screen (or in the file ``output``)."""
         while time.monotonic() - started < timeout_s:
-            if text in self.screen():
+            if text in (self.screen() if output is None else file_tail(output)):
                 return time.monotonic() - started
             time.sleep(0.02)
         return None
@@ -204,11 +240,17 @@ def nvitop_interval(interval_s: float) -> float:
     return max(interval_s, NVITOP_MIN_INTERVAL_S)
 
 
-def command(subject: str, interval_s: float, nvml_env: str) -> tuple[str, str]:
-    """(shell command for tmux, text that marks its first frame)."""
+def command(subject: str, interval_s: float, nvml_env: str, out: str) -> tuple[str, str]:
+    """(shell command for tmux, text that marks its first frame).
+
+    ``gputop record`` writes its frames to ``out``; its mark is looked for there.
+    """
     py = shlex.quote(sys.executable)
     env = f"TERM=xterm-256color {nvml_env}"
-    if subject.startswith("gputop"):
+    if subject == "gputop-record":
+        inner = f"{py} -m gputop record --interval {interval_s:g} -o {shlex.quote(out)}"
+        mark = '"sched":'
+    elif subject.startswith("gputop"):
         inner = f"{py} -m gputop --interval {interval_s:g}"
         if subject == "gputop-no-bpf":
             inner += " --no-bpf"
@@ -225,19 +267,38 @@ def command(subject: str, interval_s: float, nvml_env: str) -> tuple[str, str]:
     return f"cd {shlex.quote(str(ROOT))} && exec env {env} {inner}", mark
 
 
+def file_tail(path: str, size: int = 65536) -> str:
+    """The end of a file (``gputop record``'s newest frames), "" before it exists."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def measure(
-    subject: str, cmd: str, mark: str, size: str, warmup_s: float, duration_s: float
+    subject: str,
+    cmd: str,
+    mark: str,
+    size: str,
+    warmup_s: float,
+    duration_s: float,
+    output: str | None = None,
+    prefix: str = "tui-cpu",
 ) -> Run:
-    session = f"tui-cpu-{os.getpid()}-{subject}"
+    session = f"{prefix}-{os.getpid()}-{subject}"
     started = time.monotonic()
     t = Tmux(session, size, cmd)
     try:
-        first = t.wait_for(mark, started, 60)
+        first = t.wait_for(mark, started, 60, output)
         if first is None:
             raise SystemExit(f"{subject}: no first frame within 60 s:\n{t.screen()}")
         live = None
-        if subject == "gputop" and os.geteuid() == 0:
-            live = t.wait_for("sched:bpf", started, 180)
+        if subject in PROBED and os.geteuid() == 0:
+            bpf = '"sched":"bpf"' if output is not None else "sched:bpf"
+            live = t.wait_for(bpf, started, 180, output)
             if live is None:
                 print(f"warning: {subject}: the eBPF probe did not go live", file=sys.stderr)
         time.sleep(warmup_s)
@@ -257,19 +318,26 @@ def compare(args: argparse.Namespace) -> int:
     if shutil.which("tmux") is None:
         raise SystemExit("needs tmux")
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="tui-cpu-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tui-cpu-") as tmp, IdleProcesses(args.procs, tmp):
         nvml_env = fake_nvml_env(tmp)
         print(
             f"size {args.size}, interval {args.interval:g} s, warm-up {args.warmup:g} s,"
             f" window {args.duration:g} s, 2 fake GPUs, {args.rounds} rounds, as"
-            f" {'root' if os.geteuid() == 0 else 'non-root (no eBPF probe)'}"
+            f" {'root' if os.geteuid() == 0 else 'non-root (no eBPF probe)'},"
+            f" {count_processes()} processes on the host ({args.procs} idle added)"
         )
         if "nvitop" in subjects and args.interval < NVITOP_MIN_INTERVAL_S:
             print(f"nvitop refuses intervals below {NVITOP_MIN_INTERVAL_S:g} s: it runs at that")
         for r in range(args.rounds):
             for subject in subjects:
-                cmd, mark = command(subject, args.interval, nvml_env)
-                run = measure(subject, cmd, mark, args.size, args.warmup, args.duration)
+                out = os.path.join(tmp, f"record-{r}.jsonl")
+                cmd, mark = command(subject, args.interval, nvml_env, out)
+                output = out if subject == "gputop-record" else None
+                run = measure(
+                    subject, cmd, mark, args.size, args.warmup, args.duration, output, args.session
+                )
+                if output is not None:
+                    os.unlink(output)
                 runs.append(run)
                 live = f", probe live {run.live_s:.2f} s" if run.live_s is not None else ""
                 print(
@@ -297,22 +365,30 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def single(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="tui-cpu-") as tmp, IdleProcesses(args.procs, tmp):
+        return _single(args)
+
+
+def _single(args: argparse.Namespace) -> int:
     py = shlex.quote(sys.executable)
     if args.mode == "fixture":
         inner = f"{py} {shlex.quote(__file__)} --child --interval {args.interval}"
-        inner += f" --procs {args.procs}"
+        inner += f" --rows {args.rows}"
         subject = "fixture"
     else:
-        inner = f"{py} -m gputop --interval {args.interval:g} --top {args.procs}"
+        inner = f"{py} -m gputop --interval {args.interval:g} --top {args.rows}"
         if args.mode == "demo":
             inner += f" --demo {shlex.quote(args.demo)}"
         if args.no_bpf:
             inner += " --no-bpf"
         subject = "gputop-no-bpf" if args.no_bpf else "gputop"
     cmd = f"cd {shlex.quote(str(ROOT))} && exec env TERM=xterm-256color {inner}"
-    run = measure(subject, cmd, "sched:", args.size, args.warmup, args.duration)
+    run = measure(
+        subject, cmd, "sched:", args.size, args.warmup, args.duration, prefix=args.session
+    )
     mode = f"demo {args.demo}" if args.mode == "demo" else args.mode
-    print(f"mode: {mode}  size: {args.size}  interval: {args.interval:g} s  rows: {args.procs}")
+    print(f"mode: {mode}  size: {args.size}  interval: {args.interval:g} s  rows: {args.rows}")
+    print(f"processes on the host: {count_processes()} ({args.procs} idle added)")
     print(f"time to first frame: {run.first_frame_s:.2f} s")
     if run.live_s is not None:
         print(f"eBPF probe live after: {run.live_s:.2f} s")
@@ -332,12 +408,16 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--interval", type=float, default=1.0)
-    ap.add_argument("--procs", type=int, default=50, help="fixture: rows; live/demo: --top")
+    ap.add_argument(
+        "--procs", type=int, default=0, help="start this many idle processes for the run"
+    )
+    ap.add_argument("--rows", type=int, default=50, help="fixture: rows; live/demo: --top")
     ap.add_argument("--size", default="120x40")
+    ap.add_argument("--session", default="tui-cpu", help="tmux session name prefix")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.interval, args.procs)
+        child(args.interval, args.rows)
         return 0
     return compare(args) if args.mode == "compare" else single(args)
 
