@@ -192,14 +192,19 @@ class CudaProbes:
             return self._failed(f"cannot read {path}: {exc}")
         if not offsets:
             return self._failed(f"{path} exports none of the CUDA synchronization calls")
-        done = []
+        # Names that share an address (an alias, an old unversioned entry point) are one
+        # function: probed once, or every call would count twice and cost twice.
+        by_offset: dict[int, list[str]] = {}
+        for name, off in sorted(offsets.items()):
+            by_offset.setdefault(off, []).append(name)
+        done: list[str] = []
         tag = f"uprobe:{key[0]}:{key[1]}"
         try:
-            for name, off in sorted(offsets.items()):
+            for off, names in sorted(by_offset.items(), key=lambda kv: kv[1][0]):
                 # The return probe first: a call in flight can then only miss its start.
-                self._attachments[f"{tag}:{name}:ret"] = attach_uprobe(leave, path, off, True)
-                self._attachments[f"{tag}:{name}"] = attach_uprobe(enter, path, off, False)
-                done.append(name)
+                self._attachments[f"{tag}:{names[0]}:ret"] = attach_uprobe(leave, path, off, True)
+                self._attachments[f"{tag}:{names[0]}"] = attach_uprobe(enter, path, off, False)
+                done.extend(names)
         except BpfError as exc:
             for k in [k for k in self._attachments if k.startswith(f"{tag}:")]:
                 os.close(self._attachments.pop(k))

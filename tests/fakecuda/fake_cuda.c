@@ -60,6 +60,9 @@ SYNC(cuEventSynchronize, CUevent e)
 SYNC(cuCtxSynchronize, void)
 SYNC(cuMemcpyDtoH_v2, void *dst, CUdeviceptr src, size_t n)
 
+/* The unversioned name as an alias of the same code: one function, two symbols. */
+CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n) __attribute__((alias("cuMemcpyDtoH_v2")));
+
 /* A launch is not a wait: never probed. */
 CUresult cuLaunchKernel(void *f) {
     (void)f;
