@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from rich.console import RenderableType
+from rich.segment import ControlType
+from textual._compositor import CompositorUpdate
 from textual.message import Message
 from textual.notifications import Notify
+from textual.screen import Screen
 
 from gputop.app import GputopApp
 from gputop.widgets.verdict_panel import VerdictPanel
@@ -47,3 +51,53 @@ async def screen_of(app: GputopApp, size: tuple[int, int]) -> tuple[str, str]:
         await pilot.pause()
         await pilot.pause()
         return app.query_one(VerdictPanel).state, app.export_screenshot()
+
+
+class Terminal:
+    """What a real terminal would show: every update the app writes, applied to a grid of cells.
+
+    Headless, Textual computes each update (the changed lines only) and drops it; this keeps
+    it. Comparing ``lines()`` with ``fresh()``, a full render of the screen now, catches a
+    change that was never repainted: a widget that skipped a line it should have refreshed.
+    """
+
+    def __init__(self, app: GputopApp) -> None:
+        self.app = app
+        width, height = app.size
+        self.grid = [[" "] * width for _ in range(height)]
+        original = app._display
+
+        def display(screen: Screen[object], renderable: RenderableType | None) -> None:
+            if isinstance(renderable, CompositorUpdate):
+                self._apply(renderable)
+            original(screen, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+
+    def _apply(self, update: CompositorUpdate) -> None:
+        console = self.app.console
+        x = y = 0
+        segments = update.__rich_console__(console, console.options)  # type: ignore[attr-defined]
+        for segment in segments:
+            if segment.control:
+                for code in segment.control:
+                    if code[0] == ControlType.CURSOR_MOVE_TO:
+                        x, y = code[1], code[2]
+                continue
+            if segment.text == "\n":
+                continue
+            for ch in segment.text:
+                if 0 <= y < len(self.grid) and 0 <= x < len(self.grid[y]):
+                    self.grid[y][x] = ch
+                x += 1
+
+    def lines(self) -> list[str]:
+        """The terminal's lines as written so far."""
+        return ["".join(row) for row in self.grid]
+
+    def fresh(self) -> list[str]:
+        """The screen rendered in full now, as text (Textual's per-widget line caches dropped)."""
+        screen = self.app.screen
+        for widget in screen.walk_children(with_self=True):
+            widget._styles_cache.clear()
+        return [strip.text for strip in screen._compositor.render_strips()]

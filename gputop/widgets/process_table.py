@@ -401,20 +401,44 @@ class ProcessTable(ScrollView, can_focus=True):
         for key in self._cells.keys() - cells.keys():
             self._strips.pop(key, None)
         self._by_key, self._cells = by_key, cells
-        if new_keys != self._order:
+        old_order, old_cursor, old_top = self._order, self.cursor_row, self.scroll_offset.y
+        if new_keys != old_order:
             self._order = new_keys
-            self.virtual_size = Size(self.scrollable_content_region.width, len(new_keys) + 1)
+            self._set_virtual_height(len(new_keys) + 1)
             index = new_keys.index(selected) if selected in by_key else self.cursor_row
             self._move_to(min(index, len(new_keys) - 1), refresh=False)
+        top = self.scroll_offset.y
+        if top != old_top:
             self.refresh()
             return
-        top = self.scroll_offset.y
-        for key in dirty:
-            y = new_keys.index(key) - top + 1
-            if 1 <= y < self.size.height:
-                self.refresh_lines(top + y, 1)
+        # Repaint the lines whose row changed: another process, new cells, the cursor.
+        changed = set(dirty)
+        cursor = {old_cursor, self.cursor_row}
+        for index in range(top, top + max(0, self.size.height - 1)):
+            was = old_order[index] if index < len(old_order) else None
+            now = new_keys[index] if index < len(new_keys) else None
+            if was != now or now in changed or (index in cursor and now is not None):
+                self.refresh_lines(index + 1, 1)
 
     # ---- cells --------------------------------------------------------------
+
+    def _set_virtual_height(self, height: int) -> None:
+        """A new number of rows: a layout pass only when the scrollbar appears or goes.
+
+        The vertical scrollbar is the only thing a layout pass could change; while it
+        stays as it was, the new height goes to the scroll range and the thumb directly.
+        """
+        size = Size(self.scrollable_content_region.width, height)
+        old = self.virtual_size
+        room = self.container_size.height
+        if old.width != size.width or (old.height > room) != (height > room) or not room:
+            self.virtual_size = size
+            return
+        self.set_reactive(ScrollView.virtual_size, size)
+        if height > room:
+            self.vertical_scrollbar.window_virtual_size = height
+        if self.scroll_offset.y > self.max_scroll_y:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
 
     def _cells_for(self, p: ProcessSample, prefix: str) -> tuple[Cell, ...]:
         role_cls = (

@@ -16,6 +16,7 @@ from typing import Any
 from gputop.app import GputopApp
 from gputop.widgets.gpu_panel import GpuPanel
 from tests.frames_fixture import STARVING_TRAINER_PID, PushFeed, make_frame
+from tests.pilotutil import Terminal
 
 
 def count_layouts(app: GputopApp) -> Callable[[], int]:
@@ -62,3 +63,44 @@ async def test_a_frame_that_changes_only_values_repaints_without_a_layout_pass()
         assert panel_text(panel) != before, "the sparklines advance with each frame"
         assert app.table.selected is not None
         assert app.table.selected.pid == STARVING_TRAINER_PID
+
+
+async def test_the_terminal_shows_every_change_after_rows_come_go_and_reorder() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        terminal = Terminal(app)
+        feed.push(make_frame(0, n_procs=30))
+        await pilot.pause()
+        assert app.table.select_key(f"{STARVING_TRAINER_PID}:1000")
+        still = make_frame(0, n_procs=30).processes
+        for i in range(1, 12):
+            f = make_frame(i, n_procs=30)
+            # Rows with the same cells leave, come back and move when the selected trainer
+            # jumps to the top and back: only their place on the screen changes.
+            procs = still[: len(still) - i % 4]
+            if i % 3 == 0:
+                procs = tuple(
+                    replace(p, cpu_pct=400.0) if p.pid == STARVING_TRAINER_PID else p for p in procs
+                )
+            feed.push(replace(f, processes=procs))
+            await pilot.pause()
+            await pilot.pause()
+            assert terminal.lines() == terminal.fresh(), f"frame {i}: a change was not repainted"
+        assert app.table.selected is not None
+        assert app.table.selected.pid == STARVING_TRAINER_PID
+
+
+async def test_the_terminal_shows_every_change_with_few_rows_and_a_moving_cursor() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        terminal = Terminal(app)
+        for i in range(8):
+            f = make_frame(i, n_procs=12)
+            # Like an idle host: a handful of rows, their number changing every tick.
+            feed.push(replace(f, processes=f.processes[: 3 + i % 3]))
+            await pilot.pause()
+            await pilot.press("down")
+            await pilot.pause()
+            assert terminal.lines() == terminal.fresh(), f"frame {i}: a change was not repainted"
