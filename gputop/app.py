@@ -21,13 +21,13 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Protocol
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
-from textual.signal import Signal
 from textual.widgets import Input
 
 from gputop.config import Config
@@ -45,6 +45,7 @@ from gputop.messages import (
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
 from gputop.model.framestore import FrameStore
 from gputop.model.history import DEPARTED_KEEP_S, History
+from gputop.model.view import ScreenView, screen_view
 from gputop.procctl import signal_process
 from gputop.runtime import Options
 from gputop.screens.help import HelpScreen
@@ -242,8 +243,8 @@ class GputopApp(App[int]):
         self.redact = redact
         # A process that left is remembered for as long as the diagnosis may still judge it.
         self.history = History(HISTORY_WINDOW_S, interval_s, keep_departed_s=diagnosis_window_s)
-        # Published after every render, for screens that draw from the history (drill-down).
-        self.history_updated: Signal[History] = Signal(self, "history_updated")
+        # The view the screen shows now (kept while paused, marked so).
+        self.view: ScreenView = screen_view(self.history)
         self.timeline: list[Frame] = []
         self.cursor = -1
         self._inbox: deque[Frame] = deque()
@@ -288,7 +289,7 @@ class GputopApp(App[int]):
             SearchInput(placeholder="pid, user, role or command", id="search"),
             id="searchbar",
         )
-        yield StatusLine(interval_s=self.interval_s, id="status").data_bind(GputopApp.paused)
+        yield StatusLine(interval_s=self.interval_s, id="status")
         yield KeyFooter()
 
     def on_load(self) -> None:
@@ -364,7 +365,6 @@ class GputopApp(App[int]):
             self.render_frame()
             return
         self.cursor = max(0, min(index, len(self.timeline) - 1))
-        self.query_one(StatusLine).replay = f"replay {self.cursor + 1}/{len(self.timeline)} ←→"
         self.history.reset(self.timeline[self.cursor].interval or self.interval_s)
         for frame in self.timeline[
             max(0, self.cursor + 1 - self.history.capacity) : self.cursor + 1
@@ -376,18 +376,24 @@ class GputopApp(App[int]):
     # ---- rendering ------------------------------------------------------------
 
     def render_frame(self) -> None:
-        """Show the newest frame in the history on every widget (and the open drill-down)."""
-        frame = self.history.last
-        if frame is not None:
-            self.query_one(HostHeader).show(frame.host, frame.processes)
-            self.query_one(VerdictPanel).show(
-                frame.verdicts, self.history.ticks, has_gpus=bool(frame.gpus)
-            )
-            self.query_one(GpuArea).show(frame, self.history)
-            self.query_one(TrainerWaitBars).show(frame.processes)
-            self.table.show(frame.processes, self.history.preempt_base)
-            self.query_one(StatusLine).show_frame(frame)
-        self.history_updated.publish(self.history)
+        """Build the newest tick's view once and hand it to every widget and open drill-down."""
+        replay = f"replay {self.cursor + 1}/{len(self.timeline)} ←→" if self.timeline else ""
+        self._show(screen_view(self.history, paused=self.paused, replay=replay))
+
+    def _show(self, view: ScreenView) -> None:
+        self.view = view
+        for widget in (
+            self.query_one(HostHeader),
+            self.query_one(VerdictPanel),
+            self.query_one(GpuArea),
+            self.query_one(TrainerWaitBars),
+            self.table,
+            self.query_one(StatusLine),
+        ):
+            widget.show(view)
+        for screen in self.screen_stack:
+            if isinstance(screen, ProcessScreen):
+                screen.show(view)
 
     # ---- actions --------------------------------------------------------------
 
@@ -526,7 +532,10 @@ class GputopApp(App[int]):
         self.paused = not self.paused
 
     def watch_paused(self, paused: bool) -> None:
-        if not paused:
+        if paused:
+            # Frozen on what is shown, now marked paused.
+            self._show(replace(self.view, paused=True))
+        else:
             self.render_frame()
 
     def action_scrub(self, step: int) -> None:
@@ -534,9 +543,7 @@ class GputopApp(App[int]):
 
     @on(ProcessOpened)
     def _open_process(self, event: ProcessOpened) -> None:
-        self.push_screen(
-            ProcessScreen(event.process.key, self.history, self.history_updated, self.feed.live)
-        )
+        self.push_screen(ProcessScreen(event.process.key, self.view, self.feed.live))
 
     def action_kill(self) -> None:
         p = self.table.selected

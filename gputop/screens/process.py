@@ -12,13 +12,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.signal import Signal
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
 from gputop.messages import KillRequested, StackDumped
 from gputop.model.frame import ProcessSample
-from gputop.model.history import History
+from gputop.model.view import ScreenView
 from gputop.model.waits import SPLIT_FIELDS, split_of, wait_split
 from gputop.procctl import pyspy_dump
 
@@ -97,10 +96,11 @@ def wait_lines(p: ProcessSample) -> list[str]:
 
 
 class ProcessScreen(Screen[None]):
-    """One process over the history window; redrawn whenever ``updated`` publishes.
+    """One process over the history window; redrawn by ``show(view)`` after every tick.
 
-    It keeps the app's History (replay seeking refills that same object) and
-    asks the app to act with messages: ``KillRequested`` for k.
+    The app hands it each tick's ``ScreenView``, as it does its widgets; the charts
+    read the window's series from the view's History (replay seeking refills that
+    same object). It asks the app to act with messages: ``KillRequested`` for k.
     """
 
     DEFAULT_CSS = """
@@ -119,14 +119,12 @@ class ProcessScreen(Screen[None]):
         Binding("k", "kill", "Kill", id="kill"),
     ]
 
-    def __init__(
-        self, key: tuple[int, int], history: History, updated: Signal[History], live: bool
-    ) -> None:
+    def __init__(self, key: tuple[int, int], view: ScreenView, live: bool) -> None:
         super().__init__()
         self.key = key
-        self.history = history
+        self.view = view
+        self.history = view.history
         self.live = live
-        self._updated = updated
         self._thread_keys: dict[int, tuple[object, ...]] = {}
 
     def compose(self) -> ComposeResult:
@@ -158,23 +156,20 @@ class ProcessScreen(Screen[None]):
             table.add_column(label, width=width, key=label)
         # Pinned: if the process exits, its charts stay until this screen is closed.
         self.history.pin(self.key)
-        self.refresh_from_history()
-        self._updated.subscribe(self, self._history_updated)
+        self.show(self.view)
         self.action_stack()
 
     def on_unmount(self) -> None:
         self.history.unpin(self.key)
-
-    def _history_updated(self, _history: History) -> None:
-        self.refresh_from_history()
 
     @property
     def process(self) -> ProcessSample | None:
         """The process's newest sample (kept by the history while this screen is open)."""
         return self.history.latest(self.key)
 
-    def refresh_from_history(self) -> None:
-        """Redraw charts, threads and the side panel from the history window."""
+    def show(self, view: ScreenView) -> None:
+        """Redraw charts, threads and the side panel from the tick's view."""
+        self.view = view
         p = self.process
         self._head(p)
         self._charts()
@@ -187,15 +182,14 @@ class ProcessScreen(Screen[None]):
         if p is None:
             head.update(f"PID {self.key[0]}: no longer in the window")
             return
-        gone = self.history.last is not None and all(
-            q.key != self.key for q in self.history.last.processes
-        )
+        frame = self.view.frame
+        gone = frame is not None and all(q.key != self.key for q in frame.processes)
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(f"PID {p.pid}", style="bold")
         t.append(f"  {p.role}  {p.user or '?'}  threads {p.nthreads}")
         if p.trainer_pid is not None and p.trainer_pid != p.pid:
             t.append(f"  trainer {p.trainer_pid}")
-        since = self.history.preempt_since_watch(p.key, p.preempt_total)
+        since = self.view.since_watch(p)
         t.append(f"  preempted {p.preempt_per_s:.1f}/s")
         if since is not None:
             t.append(f", {since:,} since gputop began watching", style="bold")

@@ -10,16 +10,15 @@ choice then holds until pressed again.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.widget import Widget
 
-from gputop.model.frame import Frame, GpuSample
-from gputop.model.history import History
-from gputop.widgets.gpu_panel import NA, GpuPanel, finite
+from gputop.model.frame import GpuSample
+from gputop.model.view import ScreenView
+from gputop.widgets.gpu_panel import NA, GpuPanel, finite, no_gpu_reason
 from gputop.widgets.lines import Line, LineWidget, fit_runs
 from gputop.widgets.sparkline import sparkline
 
@@ -31,8 +30,6 @@ METRICS = (
     ("pwr", "power_pct", "gpu-list--power"),
 )
 SPARK_MIN_W = 4
-
-Series = dict[str, list[float | None]]
 
 
 def short_name(name: str) -> str:
@@ -65,15 +62,18 @@ class GpuList(LineWidget):
 
     def __init__(self, *, id: str | None = None) -> None:
         self.gpus: tuple[GpuSample, ...] = ()
-        self.series: dict[str, Series] = {}
+        self.view: ScreenView | None = None
         self.reason = ""
         super().__init__(id=id)
 
-    def show(self, gpus: Sequence[GpuSample], series: dict[str, Series], reason: str = "") -> None:
-        """Take every GPU's latest sample and series (by uuid); ``reason`` when there is none."""
-        self.gpus = tuple(gpus)
-        self.series = series
-        self.reason = reason
+    def show(self, view: ScreenView) -> None:
+        """Take every GPU's newest sample and series from the view (or why there is none)."""
+        frame = view.frame
+        if frame is None:
+            return
+        self.view = view
+        self.gpus = tuple(frame.gpus)
+        self.reason = "" if frame.gpus else no_gpu_reason(frame)
         self.rebuild()
 
     def build(self, width: int) -> list[Line]:
@@ -106,12 +106,15 @@ class GpuList(LineWidget):
         for gpu, tail in zip(self.gpus, tails, strict=True):
             name = f" {short_name(gpu.name)[:name_w]:<{name_w}}" if name_w else ""
             line: Line = [(f"GPU{gpu.index:<{idx_w}}{name}", "gpu-list--title")]
-            series = self.series.get(gpu.uuid, {})
             for label, metric, cls in METRICS:
                 value = finite(getattr(gpu, metric))
-                values = series.get(metric, [])
+                view = self.view
+                values = [] if view is None else view.gpu_series(gpu.uuid, metric, spark_w)
                 line.append((f"  {label:<{label_w}} ", "gpu-list--label"))
-                if value is None and all(finite(v) is None for v in values):
+                if value is None and (
+                    view is None
+                    or all(finite(v) is None for v in view.gpu_series(gpu.uuid, metric, 0))
+                ):
                     line.append((NA.center(spark_w), "gpu-list--na"))
                 else:
                     line.append((sparkline(values, spark_w), cls))
@@ -156,7 +159,7 @@ class GpuArea(Widget):
         self.budget = 12
         self._uuids: tuple[str | None, ...] = ()
         self._panels: list[GpuPanel] = []
-        self._last: tuple[Frame, History] | None = None
+        self._last: ScreenView | None = None
 
     def compose(self) -> ComposeResult:
         yield Grid()
@@ -193,7 +196,7 @@ class GpuArea(Widget):
         self._layout_grid()
         if changed and self._last is not None:
             # The mode that was hidden did no work; fill it now, not on the next tick.
-            self.show(*self._last)
+            self.show(self._last)
 
     def on_mount(self) -> None:
         # A resize can reach fit() before the children exist; lay them out now.
@@ -210,9 +213,12 @@ class GpuArea(Widget):
         grid.styles.grid_size_rows = -(-n // cols)
         grid.styles.grid_rows = "3" if self._uuids == (None,) else str(PANEL_H)
 
-    def show(self, frame: Frame, history: History) -> None:
+    def show(self, view: ScreenView) -> None:
         """Render the newest frame's GPUs in the current mode (only that mode does any work)."""
-        self._last = (frame, history)
+        frame = view.frame
+        if frame is None:
+            return
+        self._last = view
         uuids: tuple[str | None, ...] = tuple(g.uuid for g in frame.gpus) or (None,)
         if uuids != self._uuids:
             self._uuids = uuids
@@ -221,20 +227,8 @@ class GpuArea(Widget):
             grid.remove_children()
             grid.mount_all(self._panels)
             self._choose()
-        reason = ""
-        if not frame.gpus:
-            note = next((n for n in frame.sources.notes if n.startswith("gpu")), "")
-            reason = note.removeprefix("gpu: ")
         if self.compact:
-            series = {
-                g.uuid: {m: history.gpu_series(g.uuid, m) for _, m, _ in METRICS}
-                for g in frame.gpus
-            }
-            self.query_one(GpuList).show(frame.gpus, series, reason)
+            self.query_one(GpuList).show(view)
             return
-        if not frame.gpus:
-            self._panels[0].show(None, {}, reason)
-            return
-        for panel, gpu in zip(self._panels, frame.gpus, strict=False):
-            series_1 = {m: history.gpu_series(gpu.uuid, m) for _, m, _ in METRICS}
-            panel.show(gpu, series_1)
+        for panel in self._panels:
+            panel.show(view)

@@ -11,7 +11,8 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gputop.model.frame import GpuSample
+from gputop.model.frame import Frame
+from gputop.model.view import ScreenView
 from gputop.widgets.sparkline import sparkline
 
 LABEL_W = 6
@@ -22,6 +23,12 @@ NA = "n/a"
 def finite(v: float | None) -> float | None:
     """``v``, or None when it is missing, NaN or infinite (a broken reading is not a number)."""
     return v if v is not None and math.isfinite(v) else None
+
+
+def no_gpu_reason(frame: Frame) -> str:
+    """Why the frame has no GPU, from the sources' notes ("" when they do not say)."""
+    note = next((n for n in frame.sources.notes if n.startswith("gpu")), "")
+    return note.removeprefix("gpu: ")
 
 
 def _pct(v: float | None) -> str:
@@ -75,19 +82,14 @@ class GpuPanel(Widget):
         # Each line: list of (text, component class or "") runs.
         self._lines: list[list[tuple[str, str]]] = []
         self._strips: list[Strip | None] = []
-        self._data: tuple[GpuSample | None, dict[str, list[float | None]], str] = (None, {}, "")
+        self._view: ScreenView | None = None
         super().__init__(id=id)
         if uuid is None:
             self.add_class("-nogpu")
 
-    def show(
-        self,
-        gpu: GpuSample | None,
-        series: dict[str, list[float | None]],
-        reason: str = "",
-    ) -> None:
-        """Take the GPU's latest sample and its series (util, sm_active, power_pct)."""
-        self._data = (gpu, series, reason)
+    def show(self, view: ScreenView) -> None:
+        """Take this GPU's newest sample and series (or why there is no GPU) from the view."""
+        self._view = view
         self._relayout()
 
     def on_resize(self) -> None:
@@ -119,8 +121,13 @@ class GpuPanel(Widget):
         super().notify_style_update()
 
     def _build(self, width: int) -> list[list[tuple[str, str]]]:
-        gpu, series, reason = self._data
-        if gpu is None:
+        view = self._view
+        frame = None if view is None else view.frame
+        gpu = None
+        if frame is not None:
+            gpu = next((g for g in frame.gpus if g.uuid == self.uuid), None)
+        if view is None or gpu is None:
+            reason = "" if frame is None else no_gpu_reason(frame)
             return [
                 [("no GPU — host signals only", "gpu-panel--title")],
                 [(reason or "no GPU source is live", "gpu-panel--label")],
@@ -145,9 +152,9 @@ class GpuPanel(Widget):
             ("power", "power_pct", gpu.power_pct, "gpu-panel--power"),
         )
         for label, metric, value, cls in rows:
-            values = series.get(metric, [])
+            values = view.gpu_series(gpu.uuid, metric, spark_w)
             vcls = "gpu-panel--na" if value is None else cls
-            if value is None and all(v is None for v in values):
+            if value is None and all(v is None for v in view.gpu_series(gpu.uuid, metric, 0)):
                 spark = NA.center(spark_w) if spark_w > 6 else NA
                 spark_cls = "gpu-panel--na"
             else:

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from gputop.model.fixes import cpu_list as format_cpu_list
 from gputop.model.frame import HostSample, ProcessSample
+from gputop.model.view import ScreenView
 from gputop.widgets.lines import Line, LineWidget, fit_runs
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -146,10 +147,13 @@ class HostHeader(LineWidget):
             self.cpu_rows = cpu_rows
             self.rebuild(force=True)
 
-    def show(self, host: HostSample, processes: Sequence[ProcessSample]) -> None:
-        """Take one frame's host sample and the watched processes' CPU affinity."""
-        self.host = host
-        self.jobs = job_cpus(processes)
+    def show(self, view: ScreenView) -> None:
+        """Take the newest frame's host sample and the watched processes' CPU affinity."""
+        frame = view.frame
+        if frame is None:
+            return
+        self.host = frame.host
+        self.jobs = job_cpus(frame.processes)
         self.rebuild()
 
     # ---- lines ----------------------------------------------------------------

@@ -22,6 +22,7 @@ from textual.strip import Strip
 
 from gputop.messages import ProcessOpened, TableView, ViewChanged
 from gputop.model.frame import ProcessSample
+from gputop.model.view import ScreenView
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("offcpu", "OFF%", 5, lambda p: _num(p.offcpu_pct), True, True),
     Column("runq", "RUNQ%", 6, lambda p: _num(p.runq_pct), True, True, drop=7),
     Column("preempt", "PRE/s", 6, lambda p: p.preempt_per_s, True, True),
-    # Preemptions since gputop first saw the process; sorted through ``arrange``'s base.
+    # Preemptions since gputop first saw the process; sorted through ``arrange``'s ``since``.
     Column("pretotal", "PRE", 6, lambda p: p.preempt_total, True, True, drop=4),
     Column("gpu", "GPU", 3, lambda p: p.gpus, False, drop=5),
     Column("gpumem", "GMEM", 5, lambda p: _num(p.gpu_mem_mib), True, True, drop=2),
@@ -64,8 +65,8 @@ HSCROLL_STEP = 8
 # (gputop/sources/cgroup.py): the pod's namespace/name, else the short container id.
 POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False, drop=3)
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-# Where each column's cell sits in a row's cells (POD's only exists while it is shown).
-COLUMN_INDEX = {c.key: i for i, c in enumerate((*COLUMNS[:-1], POD_COLUMN))}
+# A row's cells also hold the tree prefix drawn before COMMAND under this key.
+TREE = "tree"
 _BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN)}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
 
@@ -168,22 +169,22 @@ def arrange(
     reverse: bool = True,
     tree: bool = True,
     needle: str = "",
-    base: Mapping[tuple[int, int], int] | None = None,
+    since: Mapping[tuple[int, int], int] | None = None,
 ) -> list[tuple[ProcessSample, str]]:
     """Rows in display order with each row's tree prefix ("" at the top level).
 
     In tree mode a DataLoader or pin-memory worker whose trainer is shown sits
-    under that trainer; siblings and top-level rows are sorted alike. ``base``
-    holds each process's preemption count when first seen (the PRE column).
+    under that trainer; siblings and top-level rows are sorted alike. ``since``
+    holds each process's preemptions since gputop began watching (the PRE column).
     """
     col = column(sort_key)
     shown = [p for p in procs if matches(p, needle)]
     sort = col.sort
-    if sort_key == "pretotal" and base is not None:
-        bases = base
+    if sort_key == "pretotal" and since is not None:
+        counts = since
 
         def sort(p: ProcessSample) -> Any:
-            return p.preempt_total - bases.get(p.key, p.preempt_total)
+            return counts.get(p.key, 0)
 
     def order(rows: list[ProcessSample]) -> list[ProcessSample]:
         # Sort by pid first so equal values keep a stable, predictable order.
@@ -212,6 +213,8 @@ def arrange(
 
 # A cell: its text and a component class ("" for the row's base style).
 Cell = tuple[str, str]
+# A row's cells by column key (TREE: the tree prefix); POD's only while it is shown.
+Row = dict[str, Cell]
 GUTTER = 1  # one space before every column
 
 
@@ -269,14 +272,16 @@ class ProcessTable(ScrollView, can_focus=True):
         self.cursor_row = 0
         # Characters of COMMAND scrolled off to the left (← →, htop's horizontal scroll).
         self.cmd_offset = 0
-        self.base: Mapping[tuple[int, int], int] = {}
+        self.since: Mapping[tuple[int, int], int] = {}
         self._visible: tuple[Column, ...] = COLUMNS
         self._procs: tuple[ProcessSample, ...] = ()
         self._by_key: dict[str, ProcessSample] = {}
-        self._cells: dict[str, tuple[Cell, ...]] = {}
+        self._cells: dict[str, Row] = {}
         self._order: list[str] = []
         self._strips: dict[str, Strip] = {}
         self._header: Strip | None = None
+        # (start, end, column key) of each header cell as drawn.
+        self._header_spans: list[tuple[int, int, str]] = []
         self._styles: dict[str, Style] = {}
         self._widths: tuple[int, ...] = ()
         self._columns: tuple[Column, ...] = COLUMNS
@@ -293,9 +298,9 @@ class ProcessTable(ScrollView, can_focus=True):
     def row_count(self) -> int:
         return len(self._order)
 
-    def cells(self, key: str) -> tuple[str, ...]:
-        """The texts shown in one row (tests and screenshots read them)."""
-        return tuple(text for text, _ in self._cells[key])
+    def cells(self, key: str) -> dict[str, str]:
+        """The texts of one row by column key (TREE: its tree prefix); tests read them."""
+        return {column: text for column, (text, _) in self._cells[key].items()}
 
     @property
     def selected(self) -> ProcessSample | None:
@@ -318,18 +323,13 @@ class ProcessTable(ScrollView, can_focus=True):
         """The keys of the columns shown at the current width."""
         return tuple(c.key for c in self._visible)
 
-    def show(
-        self,
-        procs: Sequence[ProcessSample],
-        base: Mapping[tuple[int, int], int] | None = None,
-    ) -> None:
-        """Show these processes: drop the gone, add the new, re-render changed rows only.
-
-        ``base`` maps each process to its preemption count when first seen, for PRE.
-        """
-        self._procs = tuple(procs)
-        if base is not None:
-            self.base = base
+    def show(self, view: ScreenView) -> None:
+        """Show the newest frame's processes: drop the gone, add the new, re-render changed rows."""
+        frame = view.frame
+        if frame is None:
+            return
+        self._procs = tuple(frame.processes)
+        self.since = view.preempt_since
         columns = COLUMNS
         if any(pod_text(p) for p in self._procs):
             columns = (*COLUMNS[:-1], POD_COLUMN, COLUMNS[-1])
@@ -384,12 +384,12 @@ class ProcessTable(ScrollView, can_focus=True):
             reverse=self.sort_reverse,
             tree=self.tree_mode,
             needle=self.needle,
-            base=self.base,
+            since=self.since,
         )
         selected = self._order[self.cursor_row] if self.selected is not None else None
         new_keys = [row_key(p) for p, _ in rows]
         by_key: dict[str, ProcessSample] = {}
-        cells: dict[str, tuple[Cell, ...]] = {}
+        cells: dict[str, Row] = {}
         dirty: list[str] = []
         for (p, prefix), key in zip(rows, new_keys, strict=True):
             by_key[key] = p
@@ -440,7 +440,7 @@ class ProcessTable(ScrollView, can_focus=True):
         if self.scroll_offset.y > self.max_scroll_y:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
 
-    def _cells_for(self, p: ProcessSample, prefix: str) -> tuple[Cell, ...]:
+    def _cells_for(self, p: ProcessSample, prefix: str) -> Row:
         role_cls = (
             "process-table--trainer"
             if p.role == "trainer"
@@ -448,25 +448,23 @@ class ProcessTable(ScrollView, can_focus=True):
             if p.role in ("dataloader", "pin_memory")
             else ""
         )
-        return (
-            (str(p.pid), ""),
-            (ROLE_SHORT.get(p.role, p.role), role_cls),
-            (p.user[:8], ""),
-            _pct(p.cpu_pct, 90.0, 60.0),
-            _pct(p.offcpu_pct, 50.0, 25.0),
-            _pct(p.runq_pct, 20.0, 10.0),
-            (_fmt(p.preempt_per_s), ""),
-            (count_text(p.preempt_total - self.base.get(p.key, p.preempt_total)), ""),
-            (",".join(str(g) for g in p.gpus), ""),
-            (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
-            *(
-                ((pod_text(p), "process-table--muted"),)
-                if len(self._columns) > len(COLUMNS)
-                else ()
-            ),
-            (prefix, "process-table--muted"),
-            (command_text(p)[:300], role_cls),
-        )
+        row: Row = {
+            "pid": (str(p.pid), ""),
+            "role": (ROLE_SHORT.get(p.role, p.role), role_cls),
+            "user": (p.user[:8], ""),
+            "cpu": _pct(p.cpu_pct, 90.0, 60.0),
+            "offcpu": _pct(p.offcpu_pct, 50.0, 25.0),
+            "runq": _pct(p.runq_pct, 20.0, 10.0),
+            "preempt": (_fmt(p.preempt_per_s), ""),
+            "pretotal": (count_text(self.since.get(p.key, 0)), ""),
+            "gpu": (",".join(str(g) for g in p.gpus), ""),
+            "gpumem": (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
+        }
+        if len(self._columns) > len(COLUMNS):
+            row["pod"] = (pod_text(p), "process-table--muted")
+        row[TREE] = (prefix, "process-table--muted")
+        row["command"] = (command_text(p)[:300], role_cls)
+        return row
 
     # ---- rendering ----------------------------------------------------------
 
@@ -515,7 +513,9 @@ class ProcessTable(ScrollView, can_focus=True):
         key = self._order[index]
         strip = self._strips.get(key)
         if strip is None:
-            strip = self._strips[key] = self._row_strip(self._cells[key], widths, base, width)
+            # The row's key rides on every cell drawn: a click reads it back (``on_click``).
+            row = self._row_strip(self._cells[key], widths, base, width)
+            strip = self._strips[key] = row.apply_meta({"row": key})
         if index == self.cursor_row:
             return strip.apply_style(self._style("process-table--cursor"))
         return strip
@@ -523,6 +523,8 @@ class ProcessTable(ScrollView, can_focus=True):
     def _header_strip(self, widths: tuple[int, ...], base: Style, width: int) -> Strip:
         head = base + self._style("process-table--header")
         segments = []
+        spans: list[tuple[int, int, str]] = []
+        x = 0
         for c, w in zip(self._visible, widths, strict=True):
             label = c.label
             style = head
@@ -531,15 +533,18 @@ class ProcessTable(ScrollView, can_focus=True):
                 style = head + self._style("process-table--sorted")
             text = label.rjust(w) if c.numeric else label.ljust(w)
             segments += [Segment(" ", head), Segment(text[:w], style)]
-        return Strip(segments).crop_extend(0, width, head)
+            # Where this column's header was drawn (its gutter included), for clicks.
+            spans.append((x, x + GUTTER + w, c.key))
+            x += GUTTER + w
+        self._header_spans = spans
+        return Strip(segments).crop_extend(0, width, head).apply_meta({"header": True})
 
-    def _row_strip(
-        self, cells: tuple[Cell, ...], widths: tuple[int, ...], base: Style, width: int
-    ) -> Strip:
+    def _row_strip(self, cells: Row, widths: tuple[int, ...], base: Style, width: int) -> Strip:
         segments = []
-        *columns, (prefix, prefix_cls), (command, command_cls) = cells
+        prefix, prefix_cls = cells[TREE]
+        command, command_cls = cells["command"]
         for c, w in zip(self._visible[:-1], widths[:-1], strict=True):
-            text, cls = columns[COLUMN_INDEX[c.key]]
+            text, cls = cells[c.key]
             text = text.rjust(w) if c.numeric else text.ljust(w)
             segments.append(Segment(" ", base))
             segments.append(Segment(text[:w], base + self._style(cls) if cls else base))
@@ -593,7 +598,8 @@ class ProcessTable(ScrollView, can_focus=True):
     def action_hscroll(self, step: int) -> None:
         """Scroll the COMMAND column sideways to read long command lines."""
         longest = max(
-            (len(cells[-1][0]) + len(cells[-2][0]) for cells in self._cells.values()), default=0
+            (len(row["command"][0]) + len(row[TREE][0]) for row in self._cells.values()),
+            default=0,
         )
         room = self._widths[-1] if self._widths else 0
         limit = max(0, longest - room + 1)
@@ -612,22 +618,25 @@ class ProcessTable(ScrollView, can_focus=True):
             self.post_message(ProcessOpened(p))
 
     def on_click(self, event: events.Click) -> None:
-        offset = event.get_content_offset(self)
-        if offset is None:
+        # Resolved from what was drawn under the pointer (as Textual's DataTable does): a row
+        # carries its row key; the header says it is the header, and where each of its
+        # cells was drawn is kept with it (one style for the whole header line, as before).
+        meta = event.style.meta
+        if meta.get("header"):
+            offset = event.get_content_offset(self)
+            x = -1 if offset is None else offset.x
+            column_key = next((k for a, b, k in self._header_spans if a <= x < b), None)
+            if column_key is None:
+                return
+            # A click on the sorted column's header inverts it, as in htop.
+            if column_key == self.sort_key:
+                self.sort_reverse = not self.sort_reverse
+            else:
+                self.sort_by(column_key)
             return
-        if offset.y == 0:
-            x = 0
-            for c, w in zip(self._visible, self._widths, strict=False):
-                x += GUTTER + w
-                if offset.x < x:
-                    # A click on the sorted column's header inverts it, as in htop.
-                    if c.key == self.sort_key:
-                        self.sort_reverse = not self.sort_reverse
-                    else:
-                        self.sort_by(c.key)
-                    return
+        key = meta.get("row")
+        if key is None or not self.select_key(key):
             return
-        self._move_to(self.scroll_offset.y + offset.y - 1)
         if event.chain >= 2:
             self.action_open()
 

@@ -7,7 +7,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from gputop.messages import TableView
-from gputop.model.frame import Frame, Sources
+from gputop.model.frame import Sources
+from gputop.model.view import ScreenView
 from gputop.widgets.process_table import sort_label
 
 
@@ -15,8 +16,9 @@ class StatusLine(Widget):
     """Sources (gpu: nvml/demo/none; sched: bpf/procfs) with the first reason one is off.
 
     Every shown value is a reactive, so the line redraws only when one of them
-    changed: the app sets ``paused`` and ``replay``, hands on the table's
-    ``ViewChanged`` as ``view``, and each frame's sources through ``show_frame``.
+    changed: ``show(view)`` sets the sources, the sampler's own CPU, pause and
+    replay from the screen's view; the app hands on the table's ``ViewChanged``
+    (a key press, not a tick) as ``view``.
     """
 
     DEFAULT_CSS = """
@@ -36,8 +38,13 @@ class StatusLine(Widget):
         super().__init__(id=id)
         self.set_reactive(StatusLine.interval_s, interval_s)
 
-    def show_frame(self, frame: Frame) -> None:
-        """Take what this line shows from the newest frame."""
+    def show(self, view: ScreenView) -> None:
+        """Take what this line shows from the view: the newest frame's sources, pause, replay."""
+        self.paused = view.paused
+        self.replay = view.replay
+        frame = view.frame
+        if frame is None:
+            return
         self.sources = frame.sources
         own = frame.sampler_cpu_pct
         self.own_cpu_pct = None if own is None else round(own, 1)

@@ -11,8 +11,6 @@ a user sees when the trouble started.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
-from itertools import islice
 from typing import ClassVar
 
 from rich.style import Style
@@ -21,18 +19,8 @@ from textual import events
 from textual.widget import Widget
 
 from gputop.model.frame import Verdict, VerdictState
-from gputop.model.history import Tick
+from gputop.model.view import SEVERITY, ScreenView, worst
 
-# Worst first: the panel leads with the most urgent verdict any GPU has.
-SEVERITY: tuple[VerdictState, ...] = (
-    "busy_but_starving",
-    "input_bound",
-    "throttled",
-    "low_sm_efficiency",
-    "unknown",
-    "idle",
-    "ok",
-)
 TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
     "input_bound": "INPUT BOUND",
@@ -54,26 +42,7 @@ STRIP_GLYPHS = {
     "none": "·",
 }
 STRIP_MIN_W = 8
-# Ticks the strip (and the "for 2m10s" of the current state) looks back over.
-STRIP_TICKS = 240
 CALM = ("ok", "idle")
-
-
-def worst(verdicts: Sequence[Verdict]) -> list[Verdict]:
-    """The verdicts that share the most urgent state, in GPU order."""
-    if not verdicts:
-        return []
-    rank = {s: i for i, s in enumerate(SEVERITY)}
-    top = min(rank.get(v.state, len(SEVERITY)) for v in verdicts)
-    return [v for v in verdicts if rank.get(v.state, len(SEVERITY)) == top]
-
-
-def tick_state(tick: Tick) -> str:
-    """The most urgent verdict state of one frame ("none" before the diagnosis answers)."""
-    if not tick.states:
-        return "none"
-    rank = {s: i for i, s in enumerate(SEVERITY)}
-    return min(tick.states, key=lambda s: rank.get(s, len(SEVERITY)))
 
 
 def _dur(seconds: float) -> str:
@@ -138,7 +107,10 @@ class VerdictPanel(Widget):
         self._state = "none"
         self._verdicts: tuple[Verdict, ...] = ()
         self._has_gpus = True
-        self._strip: list[str] = []
+        self._strip: tuple[str, ...] = ()
+        # The lines under the title, kept while the verdicts and the width stay the same.
+        self._body_key: tuple[object, ...] = ()
+        self._body: list[PanelLine] = []
         self._run_s = 0.0
         self.expanded = False
         self.max_lines = 3
@@ -183,29 +155,22 @@ class VerdictPanel(Widget):
         self.set_class(self.expanded, "-expanded")
         self._relayout(force=True)
 
-    def show(
-        self, verdicts: Sequence[Verdict], ticks: Sequence[Tick], has_gpus: bool = True
-    ) -> None:
-        """Take the newest frame's verdicts and the window's ticks (for the strip)."""
-        top = worst(verdicts)
+    def show(self, view: ScreenView) -> None:
+        """Take the newest frame's verdicts and the window's verdict per tick (the strip)."""
+        frame = view.frame
+        if frame is None:
+            return
+        top = worst(frame.verdicts)
+        has_gpus = bool(frame.gpus)
         state = top[0].state if top else ("none" if has_gpus else "no_gpu")
         if state != self._state:
             self.remove_class(f"-{self._state}")
             self.add_class(f"-{state}")
             self._state = state
-        self._verdicts = tuple(verdicts)
+        self._verdicts = tuple(frame.verdicts)
         self._has_gpus = has_gpus
-        recent = list(islice(ticks, max(0, len(ticks) - STRIP_TICKS), None))
-        self._strip = [tick_state(tk) for tk in recent]
-        self._run_s = 0.0
-        if recent:
-            last = self._strip[-1]
-            start = recent[-1]
-            for tk, s in zip(reversed(recent), reversed(self._strip), strict=True):
-                if s != last:
-                    break
-                start = tk
-            self._run_s = recent[-1].t - start.t + (recent[-1].interval or 0.0)
+        self._strip = view.verdict_strip
+        self._run_s = view.verdict_run_s
         self._relayout()
 
     # ---- layout -------------------------------------------------------------
@@ -268,7 +233,16 @@ class VerdictPanel(Widget):
             title.append((f"  efficiency {v.efficiency:.2f}", ""))
         if self._run_s > 0:
             title.append((f"  for {_dur(self._run_s)}", ""))
-        lines = [self._with_strip(title, width)]
+        key = (self._verdicts, width)
+        if key != self._body_key:
+            self._body_key, self._body = key, self._body_lines(ordered, top, width)
+        return [self._with_strip(title, width), *self._body]
+
+    @staticmethod
+    def _body_lines(ordered: list[Verdict], top: list[Verdict], width: int) -> list[PanelLine]:
+        """Every evidence line and fix under the title, wrapped to ``width``."""
+        lines: list[PanelLine] = []
+        v = top[0]
         if v.state in CALM:
             if v.evidence:
                 lines += [[(x, "")] for x in wrap(v.evidence[0], width, "  ", "  ")]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
 from textual.widgets import Static
 
 from gputop.model.frame import ProcessSample
+from gputop.model.view import ScreenView
 from gputop.model.waits import WaitSplit, wait_split
 
 # One glyph per segment as well as one colour, so the bar reads without colour (NO_COLOR).
@@ -113,10 +113,13 @@ class TrainerWaitBars(Static):
         self._lines = 0
         self.display = False
 
-    def show(self, processes: Sequence[ProcessSample]) -> None:
-        """Take the trainers of this frame (GPU holders first) and redraw."""
+    def show(self, view: ScreenView) -> None:
+        """Take the trainers of the newest frame (GPU holders first) and redraw."""
+        frame = view.frame
+        if frame is None:
+            return
         trainers = sorted(
-            (p for p in processes if p.role == "trainer"), key=lambda p: (not p.gpus, p.pid)
+            (p for p in frame.processes if p.role == "trainer"), key=lambda p: (not p.gpus, p.pid)
         )
         rows = []
         for p in trainers:

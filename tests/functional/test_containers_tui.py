@@ -8,7 +8,7 @@ from dataclasses import replace
 from gputop.app import GputopApp, ReplayFeed
 from gputop.model.frame import Frame
 from gputop.widgets.gpu_panel import GpuPanel
-from gputop.widgets.process_table import COLUMN_KEYS, row_key
+from gputop.widgets.process_table import row_key
 from tests.frames_fixture import make_frames
 
 CID = "4f1c" + "0123456789abcdef" * 3 + "0a1b2c3d4e5f"
@@ -37,11 +37,10 @@ async def test_pod_column_and_dcgm_marker_appear_for_processes_in_pods() -> None
         table = app.table
         assert "POD/CONTAINER" in table.render_line(0).text
         last = frames[-1].processes
-        pod = COLUMN_KEYS.index("command")  # the pod column stands where COMMAND was
-        assert table.cells(row_key(last[0]))[pod] == "ml-team/resnet-train"
-        assert table.cells(row_key(last[1]))[pod] == CID[:12]
-        assert table.cells(row_key(last[2]))[pod] == ""
-        assert table.cells(row_key(last[0]))[-1].startswith(last[0].cmdline[:20])
+        assert table.cells(row_key(last[0]))["pod"] == "ml-team/resnet-train"
+        assert table.cells(row_key(last[1]))["pod"] == CID[:12]
+        assert table.cells(row_key(last[2]))["pod"] == ""
+        assert table.cells(row_key(last[0]))["command"].startswith(last[0].cmdline[:20])
         panels = list(app.query(GpuPanel))
         assert "SM: dcgm" in _panel_text(panels[0])
         assert "SM: dcgm" not in _panel_text(panels[1])

@@ -1,0 +1,118 @@
+"""What the screen shows after a tick: one ``ScreenView``, built once by the model.
+
+Every widget and the drill-down take what they draw from the same object through
+the same ``show(view)``; the figures more than one of them needs, or that depend
+on the window rather than the newest frame (preemptions since watching, the
+verdict per tick and how long the current one has lasted, a GPU's series), are
+worked out here, once per tick, not in the widgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+
+from gputop.model.frame import Frame, ProcessSample, Verdict, VerdictState
+from gputop.model.history import History, ProcKey, Tick
+
+# Worst first: the screen leads with the most urgent verdict any GPU has.
+SEVERITY: tuple[VerdictState, ...] = (
+    "busy_but_starving",
+    "input_bound",
+    "throttled",
+    "low_sm_efficiency",
+    "unknown",
+    "idle",
+    "ok",
+)
+_RANK = {s: i for i, s in enumerate(SEVERITY)}
+# Ticks the verdict strip (and the "for 2m10s" of the current state) looks back over.
+STRIP_TICKS = 240
+
+
+def worst(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The verdicts that share the most urgent state, in the order given."""
+    if not verdicts:
+        return []
+    top = min(_RANK.get(v.state, len(SEVERITY)) for v in verdicts)
+    return [v for v in verdicts if _RANK.get(v.state, len(SEVERITY)) == top]
+
+
+def tick_state(tick: Tick) -> str:
+    """The most urgent verdict state of one frame ("none" before the diagnosis answers)."""
+    # The history shares one tuple per combination of states: a handful, each ranked once.
+    state = _TICK_STATES.get(tick.states)
+    if state is None:
+        state = _TICK_STATES[tick.states] = min(
+            tick.states, key=lambda s: _RANK.get(s, len(SEVERITY)), default="none"
+        )
+    return state
+
+
+_TICK_STATES: dict[tuple[VerdictState, ...], str] = {}
+
+
+@dataclass(frozen=True)
+class ScreenView:
+    """One tick as the screen shows it: the newest frame and what the window says of it.
+
+    ``paused`` and ``replay`` are the app's: a paused screen keeps showing the view it
+    froze on, marked paused; a replay names its place on the timeline.
+    """
+
+    history: History
+    frame: Frame | None
+    preempt_since: dict[ProcKey, int]
+    """Preemptions since gputop began watching, for each process of the frame (PRE)."""
+    verdict_strip: tuple[str, ...]
+    """The most urgent verdict state of each of the last ``STRIP_TICKS`` ticks, oldest first."""
+    verdict_run_s: float
+    """How long the newest tick's state has lasted (0 with no tick)."""
+    paused: bool = False
+    replay: str = ""
+    _series: dict[tuple[str, str, int], list[float | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def gpu_series(self, uuid: str, metric: str, last: int) -> list[float | None]:
+        """The GPU metric's newest ``last`` values (fewer early on; 0: the whole window).
+
+        Worked out once per tick and argument: panels of equal width share the list.
+        """
+        key = (uuid, metric, last)
+        values = self._series.get(key)
+        if values is None:
+            values = self._series[key] = self.history.gpu_series(uuid, metric)[-last:]
+        return values
+
+    def since_watch(self, p: ProcessSample) -> int | None:
+        """Preemptions of ``p`` since gputop began watching (None: never seen)."""
+        since = self.preempt_since.get(p.key)
+        if since is None:
+            return self.history.preempt_since_watch(p.key, p.preempt_total)
+        return since
+
+
+def screen_view(history: History, *, paused: bool = False, replay: str = "") -> ScreenView:
+    """The view of the history's newest tick."""
+    frame = history.last
+    since: dict[ProcKey, int] = {}
+    if frame is not None:
+        for p in frame.processes:
+            n = history.preempt_since_watch(p.key, p.preempt_total)
+            if n is not None:
+                since[p.key] = n
+    ticks = history.ticks
+    recent = list(islice(ticks, max(0, len(ticks) - STRIP_TICKS), None))
+    strip = tuple(tick_state(tk) for tk in recent)
+    run_s = 0.0
+    if recent:
+        last = strip[-1]
+        start = recent[-1]
+        for tk, s in zip(reversed(recent), reversed(strip), strict=True):
+            if s != last:
+                break
+            start = tk
+        run_s = recent[-1].t - start.t + (recent[-1].interval or 0.0)
+    return ScreenView(history, frame, since, strip, run_s, paused, replay)
