@@ -191,12 +191,16 @@ class History:
         base = self.preempt_base.get(key)
         return None if base is None else max(0, preempt_total - base)
 
-    def gpu_series(self, uuid: str, metric: str) -> list[float | None]:
-        """One GPU metric from its first frame in the window to the newest ([]: unknown GPU)."""
+    def gpu_series(self, uuid: str, metric: str, last: int = 0) -> list[float | None]:
+        """One GPU metric from its first frame in the window to the newest ([]: unknown GPU).
+
+        ``last``: only the newest ``last`` frames of the window (0: all of it).
+        """
         series = self._gpu.get(uuid)
         if series is None:
             return []
-        return series.column(_GPU_INDEX[metric], self._n, self.capacity)
+        span = min(last, self.capacity) if last > 0 else self.capacity
+        return series.column(_GPU_INDEX[metric], self._n, span)
 
     def proc_series(self, key: ProcKey, metric: str) -> list[float | None]:
         """One process metric from its first frame in the window to the newest frame.

@@ -83,7 +83,7 @@ class ScreenView:
         key = (uuid, metric, last)
         values = self._series.get(key)
         if values is None:
-            values = self._series[key] = self.history.gpu_series(uuid, metric)[-last:]
+            values = self._series[key] = self.history.gpu_series(uuid, metric, last)
         return values
 
     def since_watch(self, p: ProcessSample) -> int | None:

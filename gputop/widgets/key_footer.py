@@ -52,6 +52,8 @@ class KeyFooter(Widget):
         super().__init__()
         # (start column, end column, key) of each shown key, for clicks.
         self._spans: list[tuple[int, int, str]] = []
+        # The entries drawn last: a bindings update that leaves them as they are repaints nothing.
+        self._shown: list[tuple[str, str, str]] = []
 
     def on_mount(self) -> None:
         self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
@@ -60,7 +62,9 @@ class KeyFooter(Widget):
         self.screen.bindings_updated_signal.unsubscribe(self)
 
     def _bindings_changed(self, screen: Screen[object]) -> None:
-        self.refresh()
+        # Textual says so after many messages; repaint only when the keys shown differ.
+        if self.entries() != self._shown:
+            self.refresh()
 
     def entries(self) -> list[tuple[str, str, str]]:
         """(key display, description, key) of the keys shown at the current width."""
@@ -88,8 +92,9 @@ class KeyFooter(Widget):
         key_style = self.get_component_rich_style("key-footer--key", partial=True)
         desc_style = self.get_component_rich_style("key-footer--description", partial=True)
         text = Text(no_wrap=True, overflow="crop", end="")
+        self._shown = self.entries()
         self._spans = []
-        for display, description, key in self.entries():
+        for display, description, key in self._shown:
             start = len(text)
             text.append(display, style=key_style)
             text.append(f" {description}", style=desc_style)
