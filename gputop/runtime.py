@@ -36,10 +36,15 @@ def gpu_source(opts: Options) -> GpuSource:
 
     if opts.dcgm_url == "off":
         return NvmlSource()
-    from gputop.sources.dcgm import DEFAULT_URL, DcgmFill, DcgmReader
+    from gputop.sources.dcgm import AUTO_RETRY_S, DEFAULT_URL, DcgmFill, DcgmReader
 
-    reader = DcgmReader(opts.dcgm_url or DEFAULT_URL, interval_s=opts.interval_s)
-    return DcgmFill(NvmlSource(), reader, auto=opts.dcgm_url is None)
+    auto = opts.dcgm_url is None
+    reader = DcgmReader(
+        opts.dcgm_url or DEFAULT_URL,
+        interval_s=opts.interval_s,
+        absent_retry_s=AUTO_RETRY_S if auto else None,
+    )
+    return DcgmFill(NvmlSource(), reader, auto=auto)
 
 
 def sched_probe(opts: Options) -> SchedProbe | None:

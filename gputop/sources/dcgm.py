@@ -76,6 +76,10 @@ class _Latest:
     error: str | None = None
 
 
+# Looking for an exporter nobody named (the default URL): once every 10 s until one answers.
+AUTO_RETRY_S = 10.0
+
+
 class DcgmReader:
     """Polls one dcgm-exporter URL on a background thread; ``latest()`` never blocks."""
 
@@ -85,9 +89,13 @@ class DcgmReader:
         interval_s: float = 1.0,
         stale_after_s: float = 10.0,
         timeout_s: float = FETCH_TIMEOUT_S,
+        absent_retry_s: float | None = None,
     ) -> None:
         self.url = url
         self.interval_s = max(0.1, interval_s)
+        # Until the exporter first answers, look for it only this often (None: every interval):
+        # where none runs, a connection attempt every tick would be most of this thread's cost.
+        self.absent_retry_s = absent_retry_s
         self.stale_after_s = stale_after_s
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
@@ -113,7 +121,10 @@ class DcgmReader:
         while not self._stop.is_set():
             began = time.monotonic()
             self.fetch_once()
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+            period = self.interval_s
+            if self.absent_retry_s is not None and not self.answered:
+                period = max(period, self.absent_retry_s)
+            self._stop.wait(max(0.0, period - (time.monotonic() - began)))
 
     def fetch_once(self) -> None:
         """One fetch; the result (or why it failed) becomes ``latest()``."""

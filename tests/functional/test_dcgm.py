@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,3 +249,31 @@ def test_a_bad_dcgm_url_is_one_line_and_exit_2(bad: str) -> None:
     )
     assert r.returncode == 2
     assert r.stderr.startswith("gputop: error: ") and r.stderr.count("\n") == 1
+
+
+class _CountingReader(DcgmReader):
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.fetches = 0
+
+    def fetch_once(self) -> None:
+        self.fetches += 1
+        super().fetch_once()
+
+
+def test_an_exporter_nobody_named_is_looked_for_seldom_until_it_answers(
+    server: DcgmServer,
+) -> None:
+    absent = _CountingReader("http://127.0.0.1:9/metrics", interval_s=0.1, absent_retry_s=30.0)
+    present = _CountingReader(server.url, interval_s=0.1, absent_retry_s=30.0)
+    server.page = dcgm_page({})
+    absent.start()
+    present.start()
+    try:
+        time.sleep(1.0)
+    finally:
+        absent.close()
+        present.close()
+    assert absent.fetches == 1
+    # Once it answered, every interval.
+    assert present.fetches >= 5
