@@ -31,7 +31,7 @@ from tests.frames_fixture import (
     make_frame,
     make_frames,
 )
-from tests.pilotutil import Posted
+from tests.pilotutil import Posted, Terminal
 
 STARVING_KEY = f"{STARVING_TRAINER_PID}:1000"
 
@@ -288,6 +288,28 @@ async def test_drilldown_follows_new_frames() -> None:
         # Table keys (filter, tree) do nothing on the drill-down.
         await pilot.press("t")
         assert app.table.tree_mode
+
+
+async def test_the_drilldown_redraws_every_tick_over_its_whole_window() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for i in range(5):
+            feed.push(make_frame(i))
+            await pilot.pause()
+        terminal = Terminal(app)
+        screen = await open_starving_trainer(app, pilot)
+        shown = []
+        for i in range(5, 9):
+            feed.push(make_frame(i))
+            await pilot.pause()
+            await pilot.pause()
+            assert screen.view.frame is app.history.last
+            # The charts span every frame the process was in, not only the newest ones.
+            assert len(app.history.proc_series(screen.key, "runq_pct")) == i + 1
+            assert terminal.lines() == terminal.fresh(), f"frame {i}: a change was not repainted"
+            shown.append(terminal.lines())
+        assert shown[0] != shown[-1], "the drill-down moves with the frames"
 
 
 async def test_help_lists_every_binding_and_closes() -> None:
