@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from gputop.app import GputopApp
 from gputop.widgets.gpu_panel import GpuPanel
+from gputop.widgets.verdict_panel import VerdictPanel
+from gputop.widgets.wait_bars import TrainerWaitBars
 from tests.frames_fixture import STARVING_TRAINER_PID, PushFeed, make_frame
 from tests.pilotutil import Terminal
 
@@ -104,3 +107,30 @@ async def test_the_terminal_shows_every_change_with_few_rows_and_a_moving_cursor
             await pilot.press("down")
             await pilot.pause()
             assert terminal.lines() == terminal.fresh(), f"frame {i}: a change was not repainted"
+
+
+async def test_every_tick_moves_the_verdict_run_the_time_bars_and_the_sparklines() -> None:
+    feed = PushFeed()
+    app = GputopApp(feed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        terminal = Terminal(app)
+        seen: list[tuple[str, str, str]] = []
+        for i in range(6):
+            f = make_frame(i, n_procs=30)
+            # The starving trainer waits for a CPU a little longer every tick.
+            waits = tuple(
+                replace(p, runq_pct=20.0 + 3 * i) if p.pid == STARVING_TRAINER_PID else p
+                for p in f.processes
+            )
+            feed.push(replace(f, processes=waits))
+            await pilot.pause()
+            await pilot.pause()
+            assert terminal.lines() == terminal.fresh(), f"frame {i}: a change was not repainted"
+            verdict = app.query_one(VerdictPanel).text.splitlines()[0]
+            bars = str(app.query_one(TrainerWaitBars).render())
+            sparks = panel_text(app.query(GpuPanel).first())
+            seen.append((verdict, bars, sparks))
+        for before, after in pairwise(seen[2:]):
+            assert before[0] != after[0], "the verdict's 'for Ns' and strip move every tick"
+            assert before[1] != after[1], "the trainers' time bars follow every tick"
+            assert before[2] != after[2], "the sparklines advance every tick"
