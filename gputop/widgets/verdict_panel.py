@@ -16,6 +16,9 @@ from typing import ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 from textual.widget import Widget
 
 from gputop.model.frame import Verdict, VerdictState
@@ -103,6 +106,9 @@ class VerdictPanel(Widget):
 
     def __init__(self, *, id: str | None = None) -> None:
         self._glyph_styles: dict[str, Style] = {}
+        # Each shown line drawn once, until it changes (or the width or theme does).
+        self._strips: dict[int, Strip] = {}
+        self._strips_width = 0
         super().__init__(id=id)
         self._state = "none"
         self._verdicts: tuple[Verdict, ...] = ()
@@ -208,10 +214,20 @@ class VerdictPanel(Widget):
         if shown == self._shown and not force:
             return
         height_changed = len(shown) != len(self._shown)
+        if height_changed or force:
+            self._shown = shown
+            self._strips = {}
+            if height_changed:
+                self.styles.height = len(shown)
+            self.refresh(layout=height_changed)
+            return
+        # Most ticks change only the title (the strip, "for 12s"): repaint the lines that changed.
+        top = self.styles.padding.top
+        for y, (old, new) in enumerate(zip(self._shown, shown, strict=True)):
+            if old != new:
+                self._strips.pop(y, None)
+                self.refresh(Region(0, y + top, self.size.width, 1))
         self._shown = shown
-        if height_changed:
-            self.styles.height = len(shown)
-        self.refresh(layout=height_changed)
 
     def _ordered(self) -> list[Verdict]:
         rank = {s: i for i, s in enumerate(SEVERITY)}
@@ -294,6 +310,7 @@ class VerdictPanel(Widget):
 
     def notify_style_update(self) -> None:
         self._glyph_styles = {}
+        self._strips = {}
         super().notify_style_update()
 
     def _style(self, name: str) -> Style | str | None:
@@ -309,9 +326,29 @@ class VerdictPanel(Widget):
         for y, line in enumerate(self._shown):
             if y:
                 text.append("\n")
-            for run, style in line:
-                text.append(run, style=self._style(style))
+            self._append(text, line)
         return text
+
+    def _append(self, text: Text, line: PanelLine) -> None:
+        for run, style in line:
+            text.append(run, style=self._style(style))
+
+    def render_line(self, y: int) -> Strip:
+        # While text is selected, Textual's own path draws the selection over the whole text.
+        if self.text_selection is not None or y >= len(self._shown):
+            return super().render_line(y)
+        width = self.size.width
+        if width != self._strips_width:
+            self._strips, self._strips_width = {}, width
+        strip = self._strips.get(y)
+        if strip is None:
+            # The line alone through the same Textual path as render(), placed at its row
+            # (its cells' offsets say where selecting with the mouse starts).
+            text = Text(no_wrap=True, overflow="ellipsis", end="")
+            self._append(text, self._shown[y])
+            line = Visual.to_strips(self, visualize(self, text), width, 1, self.visual_style)
+            strip = self._strips[y] = line[0].apply_offsets(0, y)
+        return strip
 
     @property
     def text(self) -> str:

@@ -126,7 +126,10 @@ async def test_every_tick_moves_the_verdict_run_the_time_bars_and_the_sparklines
             await pilot.pause()
             await pilot.pause()
             assert terminal.lines() == terminal.fresh(), f"frame {i}: a change was not repainted"
-            verdict = app.query_one(VerdictPanel).text.splitlines()[0]
+            panel = app.query_one(VerdictPanel)
+            verdict = panel.text.splitlines()[0]
+            # What the terminal shows on the panel's first line is this tick's title.
+            assert verdict.rstrip() in terminal.lines()[panel.region.y]
             bars = str(app.query_one(TrainerWaitBars).render())
             sparks = panel_text(app.query(GpuPanel).first())
             seen.append((verdict, bars, sparks))
