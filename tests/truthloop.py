@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,18 +274,23 @@ def read_steps(path: Path) -> list[Step]:
     return steps
 
 
-def blocked_share(steps: Sequence[Step], t0: float, t1: float) -> float:
-    """% of [t0, t1] the loop was blocked inside next(); a call that straddles an
-    edge counts in proportion to its overlap with the window."""
+def span_share(spans: Iterable[tuple[float, float, int]], t0: float, t1: float) -> float:
+    """% of [t0, t1] taken by ``ns`` nanoseconds spent somewhere inside each (start, end);
+    a span that straddles an edge counts in proportion to its overlap with the window."""
     total = 0.0
-    for s in steps:
-        span = s.next_end - s.next_start
+    for start, end, ns in spans:
+        span = end - start
         if span <= 0:
             continue
-        overlap = min(s.next_end, t1) - max(s.next_start, t0)
+        overlap = min(end, t1) - max(start, t0)
         if overlap > 0:
-            total += s.blocked_ns / 1e9 * overlap / span
+            total += ns / 1e9 * overlap / span
     return 100.0 * total / (t1 - t0)
+
+
+def blocked_share(steps: Sequence[Step], t0: float, t1: float) -> float:
+    """% of [t0, t1] the loop was blocked inside next()."""
+    return span_share(((s.next_start, s.next_end, s.blocked_ns) for s in steps), t0, t1)
 
 
 class PhaseReader:

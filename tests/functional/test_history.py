@@ -33,7 +33,7 @@ async def test_replaying_a_churn_snapshot_seeks_and_draws_the_verdict_strip(
         panel = app.query_one(VerdictPanel)
         # Frames 1920..1979 are "ok", 1980..1999 "busy_but_starving".
         assert panel.state == "busy_but_starving"
-        assert panel._strip[-21:] == ["ok"] + ["busy_but_starving"] * 20
+        assert list(panel._strip[-21:]) == ["ok"] + ["busy_but_starving"] * 20
         assert panel._run_s == pytest.approx(20 * INTERVAL_S)
         await pilot.press("left", "left")
         assert app.history.last is not None and app.history.last.seq == 1998

@@ -29,7 +29,7 @@ from tests.bpfutil import held_prog_ids, loaded_prog_ids, wait_gone
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.procutil import HOG, kill_all, spawn_python
-from tests.truthloop import Step, blocked_share, read_steps, running_loop
+from tests.truthloop import Step, blocked_share, read_steps, running_loop, span_share
 
 
 def _why_not() -> str | None:
@@ -105,30 +105,13 @@ def _in_next(steps: list[Step]) -> list[tuple[float, float]]:
 
 def _waiting_in_next(steps: list[Step], t0: float, t1: float) -> float:
     """% of [t0, t1] the loop spent inside next() off a CPU: blocked, or waiting for one
-    (its own clocks: wall time minus on-CPU time), each call weighted by its overlap."""
-    total = 0.0
-    for s in steps:
-        span = s.next_end - s.next_start
-        if span <= 0:
-            continue
-        overlap = min(s.next_end, t1) - max(s.next_start, t0)
-        if overlap > 0:
-            total += (s.blocked_ns + s.runq_ns) / 1e9 * overlap / span
-    return 100.0 * total / (t1 - t0)
+    (its own clocks: wall time minus on-CPU time)."""
+    return span_share(((s.next_start, s.next_end, s.blocked_ns + s.runq_ns) for s in steps), t0, t1)
 
 
 def _step_cpu_share(steps: list[Step], t0: float, t1: float) -> float:
-    """% of [t0, t1] the loop was on a CPU inside its GPU step (its thread CPU clock),
-    each step weighted by its overlap with the window."""
-    total = 0.0
-    for s in steps:
-        span = s.step_end - s.next_end
-        if span <= 0:
-            continue
-        overlap = min(s.step_end, t1) - max(s.next_end, t0)
-        if overlap > 0:
-            total += s.step_cpu_ns / 1e9 * overlap / span
-    return 100.0 * total / (t1 - t0)
+    """% of [t0, t1] the loop was on a CPU inside its GPU step (its thread CPU clock)."""
+    return span_share(((s.next_end, s.step_end, s.step_cpu_ns) for s in steps), t0, t1)
 
 
 def _mean(values: list[float | None]) -> float:
