@@ -182,6 +182,32 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
         assert _mean([r.wait_irq_pct for r in rows if r]) < 5.0
 
 
+def _judged_frames(
+    probe: BpfSchedProbe, tmp_path: Path, pid: int, sm_pct: int, util: int, n: int = 12
+) -> list[Frame]:
+    """n frames of the loop ``pid`` as the fake NVML's GPU process, diagnosed, taken once
+    its GPU wait is measured."""
+    fake = FakeNvml(
+        tmp_path / "nvml",
+        [FakeGpu(util=[util], sm_util=[sm_pct], processes=[FakeProc(pid=pid, sm_pct=sm_pct)])],
+    )
+    fake.activate()
+    sampler = Sampler(
+        gpu=NvmlSource(),
+        procs=HostPass(top_n=100_000),
+        probe=probe,
+        diagnoser=Diagnoser(),
+        interval_s=TICK_S,
+    )
+    try:
+        sampler.gpu.open()
+        sampler.tick()
+        _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+        return _window(sampler, n)[1]
+    finally:
+        sampler.gpu.close()
+
+
 def test_a_spinning_trainer_under_hogs_waits_for_the_gpu_not_its_host(
     probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
 ) -> None:
@@ -189,29 +215,11 @@ def test_a_spinning_trainer_under_hogs_waits_for_the_gpu_not_its_host(
     args = ["--standin", "cuda-spin", "--cuda-lib", str(cuda_lib), "--workers", "2"]
     args += ["--sample-cpu-ms", "2", "--step-ms", "60", "--persistent"]
     hog_procs = [spawn_python(HOG, cpus[i % len(cpus)]) for i in range(4)]
-    sampler = None
     try:
         with running_loop(tmp_path, args) as (pid, _out):
-            fake = FakeNvml(
-                tmp_path / "nvml",
-                [FakeGpu(util=[97], sm_util=[15], processes=[FakeProc(pid=pid, sm_pct=15)])],
-            )
-            fake.activate()
-            sampler = Sampler(
-                gpu=NvmlSource(),
-                procs=HostPass(top_n=100_000),
-                probe=probe,
-                diagnoser=Diagnoser(),
-                interval_s=TICK_S,
-            )
-            sampler.gpu.open()
-            sampler.tick()
-            _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
-            _, frames = _window(sampler, 12)
+            frames = _judged_frames(probe, tmp_path, pid, sm_pct=15, util=97)
     finally:
         kill_all(hog_procs)
-        if sampler is not None:
-            sampler.gpu.close()
     row = _row(frames[-1], pid)
     assert row is not None and row.gpu_sync_spin_pct is not None
     # On a CPU, but spinning for the GPU: its own work is a small part of its time.
@@ -231,27 +239,8 @@ def test_a_trainer_that_loads_its_own_batches_is_told_so(
     # then waits 20 ms for the GPU.
     args = ["--standin", "cuda-sleep", "--cuda-lib", str(cuda_lib), "--workers", "0"]
     args += ["--sample-cpu-ms", "15", "--step-ms", "20"]
-    sampler = None
     with running_loop(tmp_path, args) as (pid, _out):
-        fake = FakeNvml(
-            tmp_path / "nvml",
-            [FakeGpu(util=[95], sm_util=[20], processes=[FakeProc(pid=pid, sm_pct=20)])],
-        )
-        fake.activate()
-        sampler = Sampler(
-            gpu=NvmlSource(),
-            procs=HostPass(top_n=100_000),
-            probe=probe,
-            diagnoser=Diagnoser(),
-            interval_s=TICK_S,
-        )
-        try:
-            sampler.gpu.open()
-            sampler.tick()
-            _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
-            _, frames = _window(sampler, 12)
-        finally:
-            sampler.gpu.close()
+        frames = _judged_frames(probe, tmp_path, pid, sm_pct=20, util=95)
     (verdict,) = frames[-1].verdicts
     text = " ".join(verdict.evidence)
     print(verdict.state, text, verdict.fixes)
