@@ -2,16 +2,26 @@
 //
 // GPUTOP_CORE: compiled ahead of time by clang (scripts/build_bpf.py) into a
 // CO-RE object that libbpf loads on any kernel with BTF. Types come from
-// vmlinux.h (generated with bpftool, trimmed to what the probe reads, every
-// struct marked preserve_access_index so libbpf relocates its fields against
-// the running kernel). Map bounds are resized and probe_config is set by the
-// loader before the program loads. No other header: the object is built from
-// this directory and clang alone.
+// vmlinux.h (generated with bpftool, trimmed to what the probe reads) and the
+// few task_struct fields below, every struct marked preserve_access_index so
+// libbpf relocates its fields against the running kernel. The scheduler events
+// are BTF-typed raw tracepoints (tp_btf): the kernel's own arguments, attached
+// as BPF links. Unlike a perf-event tracepoint, closing one never waits for an
+// RCU grace period (the probe is freed after one), so gputop's exit does not
+// wait on the kernel, and an event costs no trace record. Map bounds are
+// resized and probe_config is set by the loader before the program loads. No
+// other header: the object is built from this directory and clang alone.
 //
-// Otherwise: bcc, at run time, on a kernel without BTF (the fallback). Tracepoint
-// layouts come from tracefs; map bounds and probe_config come as -D flags.
+// Otherwise: bcc, at run time, on a kernel without BTF (the fallback):
+// perf-event tracepoints, whose record layouts come from tracefs; map bounds
+// and probe_config come as -D flags.
 #ifndef GPUTOP_DIALECT_H
 #define GPUTOP_DIALECT_H
+
+// How sched_switch's outgoing thread left its CPU (each build works it out below).
+#define SWITCH_RUNNABLE 0
+#define SWITCH_BLOCKED 1
+#define SWITCH_DEAD 2
 
 #ifdef GPUTOP_CORE
 
@@ -51,37 +61,89 @@ static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 #define GT_UPDATE(map, key, val) bpf_map_update_elem(&map, key, val, GT_ANY)
 #define GT_DELETE(map, key) bpf_map_delete_elem(&map, key)
 
-// A program on one tracepoint; `args` is the kernel's record of the event. The
-// name is the one bcc gives a TRACEPOINT_PROBE, so both builds name them alike.
-#define GT_TRACEPOINT(cat, event, record) \
-    SEC("tp/" #cat "/" #event)            \
-    int tracepoint__##cat##__##event(struct record *args)
-// A program user space attaches to several tracepoints.
-#define GT_PROGRAM(name) SEC("tp") int name(void *ctx)
+// The task_struct fields the probe reads, by name: libbpf finds each one's
+// offset in the running kernel. Fields that moved between kernels are read only
+// where bpf_core_field_exists says this kernel has them.
+struct thread_info {
+    u32 cpu;  // Linux 5.16+ (with THREAD_INFO_IN_TASK)
+} __attribute__((preserve_access_index));
+struct task_struct {
+    struct thread_info thread_info;
+    unsigned int __state;  // Linux 5.14+
+    unsigned int cpu;      // before 5.16
+    int exit_state;
+    pid_t pid;
+} __attribute__((preserve_access_index));
+struct task_struct___pre514 {
+    long state;
+} __attribute__((preserve_access_index));
+
+#define GT_FIELD_EXISTS(field) __builtin_preserve_field_info(field, 2 /* BPF_FIELD_EXISTS */)
+#define EXIT_DEAD 0x10    // include/linux/sched.h: exit_state, unchanged since 2.6
+#define EXIT_ZOMBIE 0x20
+
+static __always_inline u32 gt_task_pid(u64 task) {
+    return ((struct task_struct *)task)->pid;
+}
+
+// task_cpu(p), as the sched_wakeup record's target_cpu.
+static __always_inline u32 gt_task_cpu(u64 task) {
+    struct task_struct *t = (void *)task;
+    if (GT_FIELD_EXISTS(t->thread_info.cpu))
+        return t->thread_info.cpu;
+    return t->cpu;
+}
+
+// How sched_switch's `prev` left the CPU, as the tracepoint record would say it:
+// preempted (R+) or still TASK_RUNNING is runnable; EXIT_ZOMBIE/EXIT_DEAD in its
+// exit_state is its last switch; any other state is blocked. The state is read
+// from the task, which works whether or not this kernel passes it (5.18+).
+static __always_inline u32 gt_switch_how(u64 *args) {
+    struct task_struct *prev = (void *)args[1];
+    if (args[0] & 0xff)  // bool preempt
+        return SWITCH_RUNNABLE;
+    if (prev->exit_state & (EXIT_DEAD | EXIT_ZOMBIE))
+        return SWITCH_DEAD;
+    long state;
+    if (GT_FIELD_EXISTS(prev->__state))
+        state = prev->__state;
+    else
+        state = ((struct task_struct___pre514 *)prev)->state;
+    return state == 0 ? SWITCH_RUNNABLE : SWITCH_BLOCKED;
+}
+
+// A scheduler event's program; `args` holds the tracepoint's arguments (see the
+// kernel's btf_trace_<event> typedefs). The name is the one bcc gives a
+// TRACEPOINT_PROBE, so both builds name them alike.
+#define GT_SCHED_EVENT(event) \
+    SEC("tp_btf/" #event)     \
+    int tracepoint__sched__##event(unsigned long long *args)
+#define GT_SWITCH_PREV(args) gt_task_pid((args)[1])
+#define GT_SWITCH_NEXT(args) gt_task_pid((args)[2])
+#define GT_SWITCH_HOW(args) gt_switch_how(args)
+#define GT_WAKEE(args) gt_task_pid((args)[0])
+#define GT_WAKEE_CPU(args) gt_task_cpu((args)[0])
+// exec runs in the task itself, which has become its group's leader: pid == tgid.
+#define GT_EXEC_TGID(args) gt_task_pid((args)[0])
+// A program user space attaches to several tracepoints by name (raw, no arguments read).
+#define GT_PROGRAM(name) SEC("raw_tp") int name(void *ctx)
 // Programs user space attaches as uprobes / uretprobes (kprobe-type programs).
 #define GT_UPROBE(name) SEC("uprobe") int name(void *ctx)
 #define GT_URETPROBE(name) SEC("uretprobe") int name(void *ctx)
 
 // What differs per node, set in .rodata by the loader before load.
 const volatile struct probe_config probe_config = {};
-#define NOT_RUNNABLE_MASK (probe_config.not_runnable_mask)
-#define DEAD_MASK (probe_config.dead_mask)
 #define MAX_CPUS (probe_config.max_cpus)
 
-// sched_process_exit gained group_dead in Linux 6.16 (its own record type);
-// older kernels share the sched_process_template record, without it.
-#define GT_EXIT_EVENT(args, tid, group_dead)                                           \
-    do {                                                                               \
+// sched_process_exit gained its group_dead argument in Linux 6.16, with its own
+// record type (which is how this build tells); older kernels pass the task alone.
+#define GT_EXIT_EVENT(args, tid, group_dead)                                            \
+    do {                                                                                \
+        tid = gt_task_pid((args)[0]);                                                   \
+        group_dead = 0;                                                                 \
         if (__builtin_preserve_type_info(*(struct trace_event_raw_sched_process_exit *)0, \
-                                         0 /* BPF_TYPE_EXISTS */)) {                   \
-            struct trace_event_raw_sched_process_exit *e_ = (void *)(args);            \
-            tid = e_->pid;                                                             \
-            group_dead = e_->group_dead;                                               \
-        } else {                                                                       \
-            struct trace_event_raw_sched_process_template *e_ = (void *)(args);        \
-            tid = e_->pid;                                                             \
-            group_dead = 0;                                                            \
-        }                                                                              \
+                                         0 /* BPF_TYPE_EXISTS */))                      \
+            group_dead = (args)[1] & 0xff;                                              \
     } while (0)
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -107,7 +169,17 @@ const char gputop_inputs_sha256[] SEC("gputop.inputs") = GPUTOP_INPUTS_SHA256;
 // GT_LOOKUP/GT_INSERT/GT_UPDATE/GT_DELETE(map, ...) out as map.lookup(...) and so
 // on before compiling (gputop/sources/bpf_child.py, bcc_source()).
 
-#define GT_TRACEPOINT(cat, event, record) TRACEPOINT_PROBE(cat, event)
+// The tracepoint records, laid out as this kernel's tracefs describes them.
+#define GT_SCHED_EVENT(event) TRACEPOINT_PROBE(sched, event)
+#define GT_SWITCH_PREV(args) ((args)->prev_pid)
+#define GT_SWITCH_NEXT(args) ((args)->next_pid)
+// R (state 0) and R+ (preempted: only the bit above the report mask) are runnable.
+#define GT_SWITCH_HOW(args)                                                   \
+    (((args)->prev_state & DEAD_MASK)          ? SWITCH_DEAD                 \
+     : ((args)->prev_state & NOT_RUNNABLE_MASK) ? SWITCH_BLOCKED : SWITCH_RUNNABLE)
+#define GT_WAKEE(args) ((args)->pid)
+#define GT_WAKEE_CPU(args) ((args)->target_cpu)
+#define GT_EXEC_TGID(args) ((args)->pid)
 #define GT_PROGRAM(name) int name(void *ctx)
 #define GT_UPROBE(name) int name(struct pt_regs *ctx)
 #define GT_URETPROBE(name) int name(struct pt_regs *ctx)

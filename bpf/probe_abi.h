@@ -99,8 +99,6 @@ struct irq_depth_t {
 };
 
 struct probe_config {
-    u64 not_runnable_mask;  // prev_state bits meaning not runnable (S D T t X Z P I)
-    u64 dead_mask;  // prev_state bits of an exiting task (X Z)
     u32 max_cpus;  // bound of the per-CPU slots (possible CPUs)
     u32 pad;
 };

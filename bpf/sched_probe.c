@@ -16,10 +16,11 @@
 // the event for every perf consumer of that tracepoint (perf record, other
 // tools), and the result of several programs is ANDed.
 //
-// It reads ONLY the tracepoints' own records and helper values, never another
-// kernel struct: the record layouts are relocated by libbpf against the running
-// kernel's BTF (or taken by bcc from tracefs), so no field is read at a wrong
-// offset whatever kernel the program was built against.
+// It reads only what each event hands it and helper values: in the CO-RE object
+// the raw tracepoints' arguments and a few fields of the tasks they name (pid,
+// scheduling state, CPU), relocated by libbpf against the running kernel's BTF;
+// under bcc the tracepoint records, laid out as tracefs describes them. So no
+// field is read at a wrong offset whatever kernel the program was built against.
 //
 // Everything is aggregated here, in maps; nothing is sent per event. User space
 // reads the maps once per tick and takes differences.
@@ -29,9 +30,10 @@
 // where it has not. Constants and map value layouts shared with user space are
 // in probe_abi.h, generated from gputop/model/probe_abi.py. What differs per
 // node is set by the loader: the map bounds (MAX_THREADS, MAX_TGIDS,
-// MAX_PIPELINE, MAX_PREEMPT, MAX_CPU_SLOTS) and probe_config: NOT_RUNNABLE_MASK
-// (prev_state bits meaning "not runnable", read from this kernel's sched_switch
-// format), DEAD_MASK (those of an exiting task) and MAX_CPUS (possible CPUs).
+// MAX_PIPELINE, MAX_PREEMPT, MAX_CPU_SLOTS), MAX_CPUS (possible CPUs) and, for
+// bcc's tracepoint records, NOT_RUNNABLE_MASK (prev_state bits meaning "not
+// runnable", read from this kernel's sched_switch format) and DEAD_MASK (those
+// of an exiting task).
 
 #include "dialect.h"
 
@@ -294,11 +296,10 @@ static __always_inline void retire_thread(u32 tid) {
     GT_DELETE(threads, &tid);
 }
 
-GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
+// A context switch on this CPU from `prev` to `next` (0: the idle task); `how`
+// the outgoing thread left: still runnable (preempted or yielding), blocked, or dead.
+static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
     u64 now = bpf_ktime_get_ns();
-    u32 prev = args->prev_pid;
-    u32 next = args->next_pid;
-    long state = args->prev_state;
     u32 cur = current_epoch();
     struct thread_t *tn = next != 0 ? GT_LOOKUP(threads, &next) : NULL;
     u32 cpu_id = bpf_get_smp_processor_id();
@@ -308,7 +309,7 @@ GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
 
     // The outgoing thread. pid 0 is each CPU's idle task: not a thread to track.
     if (prev != 0) {
-        if (state & DEAD_MASK) {
+        if (how == SWITCH_DEAD) {
             // Its last switch: nothing after this can end an off-CPU stretch.
             mark_activity(bpf_get_current_pid_tgid() >> 32, ACT_RAN);
             retire_thread(prev);
@@ -352,9 +353,9 @@ GT_TRACEPOINT(sched, sched_switch, trace_event_raw_sched_switch) {
                 t->waker_tgid = 0;
                 t->out_ts = now;
                 stop_waiting(t, prev);  // it ran, so its switch-in was missed
-                // R (state 0) and R+ (preempted: only the bit above the report mask)
-                // are runnable; this is how the kernel picks nivcsw over nvcsw.
-                if (state & NOT_RUNNABLE_MASK) {
+                // Runnable (preempted, or yielding) is how the kernel picks nivcsw
+                // over nvcsw.
+                if (how != SWITCH_RUNNABLE) {
                     t->runnable = 0;
                     t->nvcsw += 1;
                 } else {
@@ -409,8 +410,7 @@ static __always_inline u32 *irq_depth_slot(void) {
 // Who is waking a blocked, tracked thread. It fires in the waker's context
 // (sched_wakeup may fire later on the target CPU, from an IPI), before the
 // wakee is queued; the first waking of a blocked stretch decides its class.
-GT_TRACEPOINT(sched, sched_waking, trace_event_raw_sched_wakeup_template) {
-    u32 tid = args->pid;
+static __always_inline int on_waking(u32 tid) {
     struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (!t || t->out_ts == 0 || t->runnable || t->wake_class != WAKE_NONE)
         return 1;
@@ -443,23 +443,20 @@ GT_TRACEPOINT(sched, sched_waking, trace_event_raw_sched_wakeup_template) {
 }
 
 // The end of a blocked stretch: from here on the thread waits for a CPU.
-GT_TRACEPOINT(sched, sched_wakeup, trace_event_raw_sched_wakeup_template) {
-    u32 tid = args->pid;
+static __always_inline int on_wakeup(u32 tid, u32 target_cpu) {
     struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (t && t->out_ts != 0 && !t->runnable && t->wake_ts == 0) {
         u64 now = bpf_ktime_get_ns();
         t->wake_ts = now;
         u32 tgid = t->tgid;
         if (t->wait_slot == 0 && GT_LOOKUP(watched, &tgid))
-            start_waiting(t, tid, args->target_cpu, now);
+            start_waiting(t, tid, target_cpu, now);
     }
     return 1;
 }
 
-GT_TRACEPOINT(sched, sched_process_exit, trace_event_raw_sched_process_template) {
-    u32 tid;
-    int group_dead;
-    GT_EXIT_EVENT(args, tid, group_dead);
+// A thread leaves (do_exit, in its own context); `group_dead`: its process's last.
+static __always_inline int on_task_exit(u32 tid, int group_dead) {
     u8 one = 1;
     retire_thread(tid);
     GT_UPDATE(exiting, &tid, &one);
@@ -472,9 +469,34 @@ GT_TRACEPOINT(sched, sched_process_exit, trace_event_raw_sched_process_template)
 }
 
 // exec replaces a process's name and command line: user space reads them again.
-GT_TRACEPOINT(sched, sched_process_exec, trace_event_raw_sched_process_exec) {
-    mark_activity(args->pid, ACT_EXEC | ACT_RAN);
+static __always_inline int on_exec(u32 tgid) {
+    mark_activity(tgid, ACT_EXEC | ACT_RAN);
     return 1;
+}
+
+// The scheduler events, as each build receives them (dialect.h): raw tracepoints
+// with the kernel's own arguments in the CO-RE object, tracepoint records in bcc's.
+GT_SCHED_EVENT(sched_switch) {
+    return on_switch(GT_SWITCH_PREV(args), GT_SWITCH_NEXT(args), GT_SWITCH_HOW(args));
+}
+
+GT_SCHED_EVENT(sched_waking) {
+    return on_waking(GT_WAKEE(args));
+}
+
+GT_SCHED_EVENT(sched_wakeup) {
+    return on_wakeup(GT_WAKEE(args), GT_WAKEE_CPU(args));
+}
+
+GT_SCHED_EVENT(sched_process_exit) {
+    u32 tid;
+    int group_dead;
+    GT_EXIT_EVENT(args, tid, group_dead);
+    return on_task_exit(tid, group_dead);
+}
+
+GT_SCHED_EVENT(sched_process_exec) {
+    return on_exec(GT_EXEC_TGID(args));
 }
 
 // Interrupt nesting. Attached by user space to whichever of these tracepoints

@@ -38,49 +38,12 @@ struct trace_entry {
 	int pid;
 };
 
-struct trace_event_raw_sched_wakeup_template {
-	struct trace_entry ent;
-	char comm[16];
-	pid_t pid;
-	int prio;
-	int target_cpu;
-	char __data[0];
-};
-
-struct trace_event_raw_sched_switch {
-	struct trace_entry ent;
-	char prev_comm[16];
-	pid_t prev_pid;
-	int prev_prio;
-	long int prev_state;
-	char next_comm[16];
-	pid_t next_pid;
-	int next_prio;
-	char __data[0];
-};
-
-struct trace_event_raw_sched_process_template {
-	struct trace_entry ent;
-	u32 __data_loc_comm;
-	pid_t pid;
-	int prio;
-	char __data[0];
-};
-
 struct trace_event_raw_sched_process_exit {
 	struct trace_entry ent;
 	char comm[16];
 	pid_t pid;
 	int prio;
 	bool group_dead;
-	char __data[0];
-};
-
-struct trace_event_raw_sched_process_exec {
-	struct trace_entry ent;
-	u32 __data_loc_filename;
-	pid_t pid;
-	pid_t old_pid;
 	char __data[0];
 };
 

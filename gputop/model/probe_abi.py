@@ -232,14 +232,10 @@ class ProbeConfig(AbiStruct):
 
     _c_name_ = "probe_config"
     _fields_ = (
-        ("not_runnable_mask", ctypes.c_uint64),
-        ("dead_mask", ctypes.c_uint64),
         ("max_cpus", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
-        "not_runnable_mask": "prev_state bits meaning not runnable (S D T t X Z P I)",
-        "dead_mask": "prev_state bits of an exiting task (X Z)",
         "max_cpus": "bound of the per-CPU slots (possible CPUs)",
     }
 

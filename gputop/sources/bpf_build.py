@@ -29,14 +29,12 @@ CFLAGS = ("-target", "bpfel", "-O2", "-g", "-DGPUTOP_CORE", "-Wall", "-Werror")
 HASH_SECTION = "gputop.inputs"
 CLANG_ENV = "GPUTOP_CLANG"
 
-# The kernel types the probe reads (tracepoint records) and the typedefs it uses;
-# vmlinux.h keeps these and what they need.
+# The kernel types the probe names (the sched_process_exit record only to tell which
+# arguments that event passes; task_struct's few fields are in dialect.h) and the
+# typedefs it uses; vmlinux.h keeps these and what they need.
 VMLINUX_ROOTS = (
-    "trace_event_raw_sched_switch",
-    "trace_event_raw_sched_wakeup_template",
     "trace_event_raw_sched_process_exit",
-    "trace_event_raw_sched_process_template",
-    "trace_event_raw_sched_process_exec",
+    "pid_t",
     "u8",
     "u32",
     "u64",

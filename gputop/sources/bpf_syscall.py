@@ -31,7 +31,7 @@ _SYS_BPF = {
     "i686": 357,
 }
 
-# perf_event_open(2): how a tracepoint program is attached (one perf event per tracepoint).
+# perf_event_open(2): how a uprobe program is attached (one perf event per probed address).
 _SYS_PERF_EVENT_OPEN = {
     "x86_64": 298,
     "aarch64": 241,
@@ -42,8 +42,6 @@ _SYS_PERF_EVENT_OPEN = {
     "armv7l": 364,
     "i686": 336,
 }
-_PERF_TYPE_TRACEPOINT = 2
-_PERF_SAMPLE_RAW = 1 << 10
 _PERF_FLAG_FD_CLOEXEC = 1 << 3
 _PERF_EVENT_IOC_ENABLE = 0x2400  # _IO('$', 0)
 _PERF_EVENT_IOC_SET_BPF = 0x40042408  # _IOW('$', 8, __u32)
@@ -55,6 +53,7 @@ BPF_MAP_GET_NEXT_KEY = 4
 BPF_PROG_GET_NEXT_ID = 11
 BPF_PROG_GET_FD_BY_ID = 13
 BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_RAW_TRACEPOINT_OPEN = 17
 BPF_MAP_LOOKUP_BATCH = 24
 BPF_MAP_LOOKUP_AND_DELETE_BATCH = 25
 BPF_LINK_GET_NEXT_ID = 31
@@ -124,6 +123,15 @@ class _PerfEventAttr(ctypes.Structure):
         ("bp_type", ctypes.c_uint32),
         ("config1", ctypes.c_uint64),
         ("config2", ctypes.c_uint64),
+    )
+
+
+class _RawTracepointAttr(ctypes.Structure):
+    _fields_ = (
+        ("name", ctypes.c_uint64),
+        ("prog_fd", ctypes.c_uint32),
+        ("_pad", ctypes.c_uint32),
+        ("cookie", ctypes.c_uint64),
     )
 
 
@@ -201,42 +209,17 @@ def bpf(cmd: int, attr: ctypes.Structure) -> int:
     )
 
 
-def attach_tracepoint(prog_fd: int, tracepoint_id: int) -> int:
-    """Attach a tracepoint program; returns the perf-event fd that holds the attachment.
+def attach_raw_tracepoint(prog_fd: int, name: str | None = None) -> int:
+    """Attach a raw tracepoint program to the tracepoint ``name`` (an event name, no
+    category); None for a BTF-typed one (tp_btf), whose tracepoint was fixed at load.
 
-    One perf event (any task, CPU 0) with the program set on it runs the program
-    on every CPU, as bcc and libbpf attach tracepoints. Closing the fd (or
-    exiting) detaches it.
+    Returns the fd of the BPF link that holds the attachment. Closing it detaches
+    the program at once: the kernel frees the probe after an RCU grace period
+    instead of waiting for one, as closing a perf-event tracepoint does.
     """
-    libc = _libc_handle()
-    attr = _PerfEventAttr(
-        type=_PERF_TYPE_TRACEPOINT,
-        size=ctypes.sizeof(_PerfEventAttr),
-        config=tracepoint_id,
-        sample_period=1,
-        sample_type=_PERF_SAMPLE_RAW,
-        wakeup_events=1,
-    )
-    nr = _syscall_nr(_SYS_PERF_EVENT_OPEN, "perf_event_open(2)")
-    fd = _checked(
-        int(
-            libc.syscall(
-                ctypes.c_long(nr),
-                ctypes.byref(attr),
-                ctypes.c_int(-1),
-                ctypes.c_int(0),
-                ctypes.c_int(-1),
-                ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC),
-            )
-        )
-    )
-    try:
-        for request, arg in ((_PERF_EVENT_IOC_SET_BPF, prog_fd), (_PERF_EVENT_IOC_ENABLE, 0)):
-            _checked(int(libc.ioctl(fd, ctypes.c_ulong(request), ctypes.c_int(arg))))
-    except BpfError:
-        os.close(fd)
-        raise
-    return fd
+    buf = ctypes.create_string_buffer(name.encode()) if name is not None else None
+    attr = _RawTracepointAttr(ctypes.addressof(buf) if buf is not None else 0, prog_fd)
+    return bpf(BPF_RAW_TRACEPOINT_OPEN, attr)
 
 
 def map_info(fd: int) -> MapInfo:
@@ -281,7 +264,6 @@ def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> int:
     if pmu is None:
         raise BpfError(errno.ENOENT, "this kernel has no uprobe PMU (CONFIG_UPROBES)")
     pmu_type, ret_bit = pmu
-    libc = _libc_handle()
     name = ctypes.create_string_buffer(os.fsencode(path))
     attr = _PerfEventAttr(
         type=pmu_type,
@@ -290,6 +272,18 @@ def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> int:
         config1=ctypes.addressof(name),
         config2=offset,
     )
+    return _attach_perf_event(attr, prog_fd)
+
+
+def _attach_perf_event(attr: _PerfEventAttr, prog_fd: int) -> int:
+    """Open the perf event ``attr`` describes (every task, CPU 0: the program then runs on
+    every CPU) and run the program on it; returns the perf-event fd, which holds the attachment.
+
+    Closing a perf event of a trace event (a tracepoint, a uprobe) waits for an RCU
+    grace period in the kernel; ``bpf_handover.release`` closes them where gputop
+    does not wait.
+    """
+    libc = _libc_handle()
     nr = _syscall_nr(_SYS_PERF_EVENT_OPEN, "perf_event_open(2)")
     fd = _checked(
         int(

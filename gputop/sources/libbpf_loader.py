@@ -7,8 +7,10 @@ running kernel's BTF. Before loading, the map bounds are resized and the
 program's ``probe_config`` (.rodata) is set for this node; after loading,
 every program and map descriptor is duplicated and the libbpf object is
 closed, so libbpf's copies of the ELF file and the kernel's BTF are freed at
-once. The programs are attached with ``perf_event_open`` + ``PERF_EVENT_IOC_SET_BPF``,
-one perf event per tracepoint, as bcc attaches them.
+once. The programs are attached as raw tracepoints (``BPF_RAW_TRACEPOINT_OPEN``),
+one BPF link per tracepoint: closing a link never waits for an RCU grace period
+in the kernel, so gputop's exit cannot hang on a node whose CPUs are saturated
+(closing a perf-event tracepoint, bcc's way, can wait minutes there).
 
 The result is the same ``Handover`` the bcc path produces: attachments, programs
 and maps held only by file descriptors of this process, which the kernel
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gputop.sources.bpf_handover import Handover, _MapFd
-from gputop.sources.bpf_syscall import attach_tracepoint
+from gputop.sources.bpf_syscall import attach_raw_tracepoint, prog_info
 
 SONAME = "libbpf.so.1"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
@@ -159,18 +161,21 @@ def libbpf_fix() -> str:
     return _INSTALL_FIX
 
 
+# BPF_PROG_TYPE_TRACING: a BTF-typed raw tracepoint (tp_btf), bound to its tracepoint at load.
+_PROG_TYPE_TRACING = 26
+
+
 @dataclass(frozen=True, slots=True)
 class TracepointAttach:
-    """One program to attach to one tracepoint (``category:event``)."""
+    """One program to attach to one tracepoint (``category:event``) as a raw tracepoint."""
 
     program: str
     tracepoint: str
 
-
-def _tracepoint_id(tracefs: str, tracepoint: str) -> int:
-    category, event = tracepoint.split(":", 1)
-    with open(f"{tracefs}/events/{category}/{event}/id", encoding="ascii") as f:
-        return int(f.read().strip())
+    @property
+    def key(self) -> str:
+        """The attachment's name in ``Handover.attachments``."""
+        return f"raw_tracepoint:{self.tracepoint}"
 
 
 def _struct_desc(lib: Any, btf: Any, type_id: int) -> Any:
@@ -216,7 +221,6 @@ def load(
     max_entries: Mapping[str, int],
     attach: Sequence[TracepointAttach],
     attach_pairs: Sequence[tuple[TracepointAttach, TracepointAttach]] = (),
-    tracefs: str = "/sys/kernel/tracing",
 ) -> Handover:
     """Open, size, configure, load and attach the object; everything it holds is an fd of ours.
 
@@ -262,17 +266,17 @@ def load(
     ho = Handover(programs=programs, attachments=attachments, maps=maps)
     try:
         for a in attach:
-            attachments[f"tracepoint:{a.tracepoint}"] = _attach(programs, a, tracefs)
+            attachments[a.key] = _attach(programs, a)
         for entry, exit_ in attach_pairs:
             try:
-                exit_fd = _attach(programs, exit_, tracefs)
+                exit_fd = _attach(programs, exit_)
             except LibbpfError:
                 continue
-            attachments[f"tracepoint:{exit_.tracepoint}"] = exit_fd
+            attachments[exit_.key] = exit_fd
             try:
-                attachments[f"tracepoint:{entry.tracepoint}"] = _attach(programs, entry, tracefs)
+                attachments[entry.key] = _attach(programs, entry)
             except LibbpfError:
-                os.close(attachments.pop(f"tracepoint:{exit_.tracepoint}"))
+                os.close(attachments.pop(exit_.key))
     except BaseException:
         ho.close()
         raise
@@ -310,11 +314,13 @@ def _configure(
     ctypes.memmove(ptr, ctypes.addressof(config), ctypes.sizeof(config))
 
 
-def _attach(programs: Mapping[str, int], a: TracepointAttach, tracefs: str) -> int:
+def _attach(programs: Mapping[str, int], a: TracepointAttach) -> int:
     fd = programs.get(a.program)
     if fd is None:
         raise LibbpfError(f"the object has no program {a.program}")
     try:
-        return attach_tracepoint(fd, _tracepoint_id(tracefs, a.tracepoint))
-    except (OSError, ValueError) as exc:
+        # A tp_btf program names its tracepoint itself; a raw_tp one is told which.
+        typed = prog_info(fd).type == _PROG_TYPE_TRACING
+        return attach_raw_tracepoint(fd, None if typed else a.tracepoint.split(":", 1)[1])
+    except OSError as exc:
         raise LibbpfError(f"cannot attach {a.program} to {a.tracepoint}: {exc}") from None

@@ -107,12 +107,13 @@ MAX_PREEMPT = DEFAULT_MAX_PREEMPT
 LOADER_ENV = "GPUTOP_BPF_LOADER"
 # What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
 FOOTPRINT = (
-    "eBPF probe footprint: tracepoints (sched:sched_switch, sched_waking, sched_wakeup,"
-    " sched_process_exit, sched_process_exec; entry/exit of irq, softirq, timer and x86"
-    " irq_vectors to tell interrupt context), and uprobes on the CUDA driver's"
-    " synchronizing calls in the libcuda a watched trainer maps (never on kernel launches);"
-    " no kprobes. Other tracers (perf, bcc tools, another gputop) keep seeing every event:"
-    " each tracepoint program returns 1, which keeps the event."
+    "eBPF probe footprint: raw tracepoints as BPF links (bcc: perf-event tracepoints) on"
+    " sched:sched_switch, sched_waking, sched_wakeup, sched_process_exit, sched_process_exec;"
+    " entry/exit of irq, softirq, timer and x86 irq_vectors to tell interrupt context; and"
+    " uprobes on the CUDA driver's synchronizing calls in the libcuda a watched trainer maps"
+    " (never on kernel launches); no kprobes. Other tracers (perf, bcc tools, another gputop)"
+    " keep seeing every event: a raw tracepoint filters nothing, and each perf-event program"
+    " returns 1, which keeps the event."
 )
 # The status reason for the one tick between attaching and the first full
 # eBPF interval (it lands in that frame's sources.notes).
@@ -513,10 +514,7 @@ class BpfSchedProbe:
         }
 
     def _load_libbpf(self, facts: KernelFacts) -> Handover:
-        tracefs = next((d for d in TRACEFS_DIRS if os.path.isdir(f"{d}/events")), TRACEFS_DIRS[0])
-        config = ProbeConfig(
-            not_runnable_mask=facts.masks[0], dead_mask=facts.masks[1], max_cpus=possible_cpus()
-        )
+        config = ProbeConfig(max_cpus=possible_cpus())
         events = (
             "sched_switch",
             "sched_waking",
@@ -536,7 +534,6 @@ class BpfSchedProbe:
                 )
                 for c, e in self._irq_pairs()
             ],
-            tracefs=tracefs,
         )
 
     def wait_attached(self, timeout_s: float) -> bool:
@@ -637,11 +634,12 @@ class BpfSchedProbe:
             self.cuda = CudaProbes(ho.programs, ho.attachments, self.proc_root)
             self.loader = loader
             self.irq_tracepoints = tuple(
-                a.removeprefix("tracepoint:").removesuffix("_entry")
+                event.removesuffix("_entry")
                 for a in ho.attachments
                 if a.endswith("_entry")
-                and a.startswith("tracepoint:")
-                and not a.startswith("tracepoint:sched:")
+                and (event := a.split(":", 1)[1]) is not None
+                and a.split(":", 1)[0] in ("tracepoint", "raw_tracepoint")
+                and not event.startswith("sched:")
             )
             self._last_ns = time.monotonic_ns()
             self.attach_s = time.monotonic() - started

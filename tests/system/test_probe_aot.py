@@ -49,8 +49,9 @@ def test_a_freshly_built_object_loads_attaches_and_counts(tmp_path: Path) -> Non
     obj = tmp_path / OBJECT_NAME
     compile_object(BPF, obj, CLANG)
     probe = BpfSchedProbe()
-    config = probe_abi.ProbeConfig(not_runnable_mask=0xFF, dead_mask=0x30, max_cpus=os.cpu_count())
+    config = probe_abi.ProbeConfig(max_cpus=os.cpu_count())
     events = ("sched_switch", "sched_waking", "sched_wakeup", "sched_process_exit")
+    links_before = _held("link_id")
     ho = load(
         obj,
         config,
@@ -58,7 +59,10 @@ def test_a_freshly_built_object_loads_attaches_and_counts(tmp_path: Path) -> Non
         [TracepointAttach(f"tracepoint__sched__{e}", f"sched:{e}") for e in events],
     )
     try:
-        assert set(ho.attachments) == {f"tracepoint:sched:{e}" for e in events}
+        assert set(ho.attachments) == {f"raw_tracepoint:sched:{e}" for e in events}
+        # Each attachment is a BPF link (a raw tracepoint), none a perf event.
+        links = _held("link_id") - links_before
+        assert len(links) == len(events), links
         threads = ho.open_maps(MAP_TYPES)["threads"]
         subprocess.run([sys.executable, "-c", "import time; time.sleep(0.05)"], check=True)
         assert threads.items(), "sched_switch ran and created thread entries"
@@ -67,16 +71,17 @@ def test_a_freshly_built_object_loads_attaches_and_counts(tmp_path: Path) -> Non
     finally:
         ho.close()
     assert not (_held("prog_id") & ids)
+    assert not (_held("link_id") & links)
 
 
 @needs_root_btf
 def test_a_config_of_the_wrong_size_is_refused_before_load() -> None:
     class Short(ctypes.Structure):
-        _fields_ = (("not_runnable_mask", ctypes.c_uint64),)
+        _fields_ = (("max_cpus", ctypes.c_uint32),)
 
     before = _held("prog_id")
-    with pytest.raises(LibbpfError, match="probe_config is 24 bytes, gputop's is 8"):
-        load(BPF / OBJECT_NAME, Short(0xFF), BpfSchedProbe().max_entries(), [])
+    with pytest.raises(LibbpfError, match="probe_config is 8 bytes, gputop's is 4"):
+        load(BPF / OBJECT_NAME, Short(2), BpfSchedProbe().max_entries(), [])
     assert _held("prog_id") == before
 
 

@@ -74,8 +74,8 @@ def test_the_bpf_program_and_its_object_are_found_from_the_source_tree():
     assert os.path.isfile(path)
     with open(path) as f:
         src = f.read()
-    assert "GT_TRACEPOINT(sched, sched_switch," in src
-    assert "GT_TRACEPOINT(sched, sched_process_exit," in src
+    assert "GT_SCHED_EVENT(sched_switch)" in src
+    assert "GT_SCHED_EVENT(sched_process_exit)" in src
     obj = Path(bpf_object_path())
     assert obj.parent == Path(path).parent
     assert object_inputs_sha256(obj) is not None
