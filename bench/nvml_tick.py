@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gputop.sources.nvml import GPM_MIN_GAP_S, NvmlSource
+from gputop.sources.nvml import NvmlSource
+from gputop.sources.nvml_gpm import GPM_MIN_GAP_S
 from tests.fakenvml import SW_POWER_CAP, FakeGpu, FakeNvml, FakeProc
 
 # (label, refresh process lists every tick, idle seconds before each read)

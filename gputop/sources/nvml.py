@@ -22,6 +22,24 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gputop.model.frame import GpuProcess, GpuReading, GpuSample, SourceStatus
+from gputop.sources.nvml_decode import (
+    DeviceLost,
+    cuda_text,
+    decode_throttle,
+    gpu_list,
+    init_failure,
+    text,
+    valid,
+)
+from gputop.sources.nvml_gpm import (
+    GPM_ANY_TENSOR_UTIL,
+    GPM_DRAM_BW_UTIL,
+    GPM_SM_OCCUPANCY,
+    GPM_SM_UTIL,
+    WHOLE,
+    DeviceGpm,
+    gpm_support,
+)
 from gputop.sources.pidns import HostPidMap
 
 try:
@@ -29,77 +47,9 @@ try:
 except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; still degrade
     pynvml = None
 
-GPM_MIN_GAP_S = 0.1
 PROCESS_REFRESH_S = 2.0
-
-# GPM metric ids (nvmlGpmMetricId_t), in the order GpuSample's fields take them.
-GPM_SM_UTIL = 2
-GPM_SM_OCCUPANCY = 3
-GPM_ANY_TENSOR_UTIL = 5
-GPM_DRAM_BW_UTIL = 10
-_GPM_METRICS = (GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_ANY_TENSOR_UTIL, GPM_DRAM_BW_UTIL)
-_GPM_NAMES = {
-    GPM_SM_UTIL: "SM activity",
-    GPM_SM_OCCUPANCY: "SM occupancy",
-    GPM_ANY_TENSOR_UTIL: "tensor activity",
-    GPM_DRAM_BW_UTIL: "DRAM bandwidth",
-}
-
-_ARCH_HOPPER = 9
-_NVML_SUCCESS = 0
-_NVML_NOT_SUPPORTED = 3
 _TEMPERATURE_GPU = 0
 _CLOCK_SM = 1
-
-# Clock-event reason bits -> names. GPU idle (0x1) is deliberately absent: clocks
-# drop because nothing runs, which is not a limit on work, and listing it would make
-# every idle GPU look throttled. Bits 0x200/0x400 exist only in the older
-# ThrottleReasons call.
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x2, "applications_clocks"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal"),
-    (0x40, "hw_thermal"),
-    (0x80, "hw_power_brake"),
-    (0x100, "display_clocks"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-)
-# What NVML puts in a field it cannot fill on some drivers and boards
-# (NVML_VALUE_NOT_AVAILABLE for 32- and 64-bit fields, and -1 read as signed).
-_UNAVAILABLE = frozenset({0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF, -1})
-
-
-def valid(value: float | None, most: float | None = None) -> float | None:
-    """``value`` if it is a real reading, else None (shown as n/a).
-
-    None for NVML's "unavailable" sentinels, negatives and anything over
-    ``most`` (100 for percentages): a driver that returns 4294967295 for
-    GPU_UTIL must not show as 4294967295 %.
-    """
-    if value is None or value in _UNAVAILABLE or value < 0:
-        return None
-    if most is not None and value > most:
-        return None
-    return value
-
-
-_IDLE_BIT = 0x1
-_KNOWN_BITS = _IDLE_BIT
-for _bit, _ in THROTTLE_REASONS:
-    _KNOWN_BITS |= _bit
-
-
-def decode_throttle(mask: int) -> tuple[str, ...]:
-    """Clock-event reason names for an NVML bit mask (idle excluded; unknown bits as hex)."""
-    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
-    extra = mask & ~_KNOWN_BITS
-    if extra:
-        names.append(f"unknown_{extra:#x}")
-    return tuple(names)
-
 
 T = TypeVar("T")
 
@@ -128,68 +78,6 @@ class NvmlFacts:
     gpus: tuple[GpuFacts, ...] = ()
 
 
-class _Lost(Exception):
-    """The device answered GPU_IS_LOST or RESET_REQUIRED."""
-
-
-def _init_failure(exc: BaseException) -> tuple[str, str]:
-    """The reason and the fix for an nvmlInit (or library load) failure."""
-    if pynvml is None:
-        return (
-            "nvidia-ml-py is not installed",
-            "pip install nvidia-ml-py (it is a gputop dependency)",
-        )
-    if isinstance(exc, pynvml.NVMLError_LibraryNotFound):
-        return (
-            "no NVIDIA GPU: libnvidia-ml.so.1 not found",
-            "install the NVIDIA driver, or point LD_LIBRARY_PATH at the directory "
-            "holding libnvidia-ml.so.1",
-        )
-    if isinstance(exc, pynvml.NVMLError_DriverNotLoaded):
-        return (
-            "no NVIDIA GPU: the NVIDIA kernel driver is not loaded",
-            "load it (modprobe nvidia) and check that nvidia-smi works; in a container, "
-            "start it with --gpus all",
-        )
-    if isinstance(exc, pynvml.NVMLError_NoPermission):
-        return (
-            "no NVIDIA GPU: no permission to open the GPU device files (/dev/nvidia*)",
-            "run as a user allowed to open /dev/nvidia* (e.g. in the video group)",
-        )
-    if isinstance(exc, pynvml.NVMLError_LibRmVersionMismatch):
-        return (
-            "no NVIDIA GPU: NVML library and kernel driver versions differ",
-            "reboot (or reload the nvidia kernel module) after a driver update",
-        )
-    return (f"no NVIDIA GPU: NVML failed to initialise: {exc}", "check that nvidia-smi works")
-
-
-def _text(v: Any) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _gpm_support(handle: Any) -> tuple[bool | None, str | None]:
-    """Whether the GPU reports GPM metrics (SM activity), and why not."""
-    assert pynvml is not None
-    try:
-        supported = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
-    except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError):
-        return False, "the driver is too old for GPM (needs R520 or newer)"
-    except pynvml.NVMLError_NotSupported:
-        supported = False
-    except pynvml.NVMLError as exc:
-        return None, f"GPM support query failed: {exc}"
-    if supported:
-        return True, None
-    try:
-        arch = int(pynvml.nvmlDeviceGetArchitecture(handle))
-    except pynvml.NVMLError:
-        arch = None
-    if arch is not None and arch < _ARCH_HOPPER:
-        return False, "pre-Hopper GPU: GPM (SM activity) needs Hopper or newer"
-    return False, "GPM not supported on this GPU (GeForce, MIG instance or vGPU)"
-
-
 def probe_nvml() -> NvmlFacts:
     """Open NVML exactly as the source does, report what it found, shut it down. Never raises."""
     src = NvmlSource()
@@ -200,11 +88,6 @@ def probe_nvml() -> NvmlFacts:
         return NvmlFacts(ok=False, reason=f"NVML probe failed: {exc!r}", fix=None)
     finally:
         src.close()
-
-
-def _cuda_text(version: int) -> str:
-    """NVML's CUDA driver version number (12060) as CUDA writes it (12.6)."""
-    return f"{version // 1000}.{version % 1000 // 10}"
 
 
 def _optional(fn: Callable[[], T]) -> T | None:
@@ -224,16 +107,11 @@ class _Device:
     uuid: str
     name: str
     sm_clock_max_mhz: int | None = None
-    gpm: bool = False
+    # Its GPM samples and metrics; None where the GPU has no GPM.
+    gpm: DeviceGpm | None = None
     lost: bool = False
     unsupported: dict[str, str] = field(default_factory=dict)
     choice: dict[str, int] = field(default_factory=dict)
-    gpm_metrics: tuple[int, ...] = _GPM_METRICS
-    gpm_samples: list[Any] = field(default_factory=list)
-    gpm_taken_at: float | None = None
-    gpm_primed: bool = False
-    gpm_values: dict[int, float | None] = field(default_factory=dict)
-    gpm_request: Any = None
     energy: tuple[float, int] | None = None
     power_limit_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
@@ -276,12 +154,12 @@ class NvmlSource:
         ``status.reason`` joins them with "; " (no note contains one).
         """
         gpus_of: dict[str, list[int]] = {}
-        for gpu, text in self._notes.values():
-            gpus_of.setdefault(text, [])
+        for gpu, note in self._notes.values():
+            gpus_of.setdefault(note, [])
             if gpu is not None:
-                gpus_of[text].append(gpu)
+                gpus_of[note].append(gpu)
         return tuple(
-            f"{_gpu_list(gpus)}: {text}" if gpus else text for text, gpus in gpus_of.items()
+            f"{gpu_list(gpus)}: {note}" if gpus else note for note, gpus in gpus_of.items()
         )
 
     def open(self) -> None:
@@ -290,21 +168,21 @@ class NvmlSource:
             return
         self._opened = True
         if pynvml is None:
-            reason, fix = _init_failure(ImportError())
+            reason, fix = init_failure(ImportError())
             self._status = SourceStatus("gpu", "nvml", False, reason, fix)
             return
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
-            reason, fix = _init_failure(exc)
+            reason, fix = init_failure(exc)
             self._status = SourceStatus("gpu", "nvml", False, reason, fix)
             return
         self._initialised = True
         cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         self._versions = (
-            _optional(lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
-            _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
-            None if cuda is None else _cuda_text(int(cuda)),
+            _optional(lambda: text(pynvml.nvmlSystemGetDriverVersion())),
+            _optional(lambda: text(pynvml.nvmlSystemGetNVMLVersion())),
+            None if cuda is None else cuda_text(int(cuda)),
         )
         try:
             count = int(pynvml.nvmlDeviceGetCount())
@@ -357,7 +235,7 @@ class NvmlSource:
                 try:
                     samples.append(self._sample(dev, refresh))
                     continue
-                except _Lost as exc:
+                except DeviceLost as exc:
                     self._mark_lost(dev, exc)
             samples.append(self._lost_sample(dev))
         procs = tuple(p for uuid in self._order for p in self._devices[uuid].processes)
@@ -370,7 +248,8 @@ class NvmlSource:
             return
         self._initialised = False
         for dev in self._devices.values():
-            self._free_gpm(dev)
+            if dev.gpm is not None:
+                dev.gpm.free()
         try:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError:
@@ -383,8 +262,8 @@ class NvmlSource:
         assert pynvml is not None
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            name = _text(pynvml.nvmlDeviceGetName(handle))
+            uuid = text(pynvml.nvmlDeviceGetUUID(handle))
+            name = text(pynvml.nvmlDeviceGetName(handle))
         except pynvml.NVMLError as exc:
             self._gpu_facts.append(GpuFacts(index, "", f"unreadable: {exc}", None, None))
             if isinstance(exc, (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)):
@@ -403,35 +282,15 @@ class NvmlSource:
         dev.sm_clock_max_mhz = _optional(
             lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, _CLOCK_SM))
         )
-        supported, why = _gpm_support(handle)
+        supported, why = gpm_support(handle)
         self._gpu_facts.append(GpuFacts(index, uuid, name, supported, why))
         if supported:
-            dev.gpm = self._alloc_gpm(dev)
-        else:
+            dev.gpm = DeviceGpm(handle)
+            why = dev.gpm.alloc()
+        if why is not None or not supported:
             self._note_sm_na(dev, why or "GPM not available")
         self._devices[uuid] = dev
         self._order.append(uuid)
-
-    def _alloc_gpm(self, dev: _Device) -> bool:
-        assert pynvml is not None
-        try:
-            for _ in range(2):
-                dev.gpm_samples.append(pynvml.nvmlGpmSampleAlloc())
-        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
-            self._free_gpm(dev)
-            self._note_sm_na(dev, f"GPM sample allocation failed: {exc}")
-            return False
-        return True
-
-    def _free_gpm(self, dev: _Device) -> None:
-        assert pynvml is not None
-        for s in dev.gpm_samples:
-            try:
-                pynvml.nvmlGpmSampleFree(s)
-            except pynvml.NVMLError:
-                pass
-        dev.gpm_samples = []
-        dev.gpm = False
 
     # ---- one device, one tick ------------------------------------------------
 
@@ -457,7 +316,8 @@ class NvmlSource:
         power_mw, temp, clock = valid(power_mw), valid(temp), valid(clock)
         gpu_pct = None if util is None else valid(float(util.gpu), 100.0)
         mem_pct = None if util is None else valid(float(util.memory), 100.0)
-        self._gpm(dev)
+        if dev.gpm is not None:
+            self._gpm_unavailable(dev, dev.gpm.sample())
         if refresh:
             limit = self._call(
                 dev, "power limit", [lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h)]
@@ -465,7 +325,7 @@ class NvmlSource:
             limit = valid(limit)
             dev.power_limit_w = None if limit is None else limit / 1000.0
             dev.processes = self._processes(dev)
-        g = dev.gpm_values
+        g = dev.gpm.values if dev.gpm is not None else {}
         return GpuSample(
             index=dev.index,
             uuid=dev.uuid,
@@ -510,7 +370,7 @@ class NvmlSource:
         FunctionNotFound / NVMLLibraryMismatchError / an unknown struct version mean
         an older driver: move on to the next, older call for good. NOT_SUPPORTED and
         NO_PERMISSION are remembered so the call is never retried. Other errors are
-        n/a for this tick only. GPU_IS_LOST / RESET_REQUIRED raise _Lost.
+        n/a for this tick only. GPU_IS_LOST / RESET_REQUIRED raise DeviceLost.
         """
         assert pynvml is not None
         if key in dev.unsupported:
@@ -531,7 +391,7 @@ class NvmlSource:
                 self._unsupported(dev, key, "no permission")
                 return None
             except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
-                raise _Lost(str(exc)) from None
+                raise DeviceLost(str(exc)) from None
             except pynvml.NVMLError:
                 return None
             dev.choice[key] = i
@@ -550,10 +410,19 @@ class NvmlSource:
             f"SM activity n/a ({why}), so the diagnosis leans on power",
         )
 
-    def _mark_lost(self, dev: _Device, exc: _Lost) -> None:
+    def _gpm_unavailable(self, dev: _Device, gone: dict[str, str]) -> None:
+        """Note what GPM stopped answering (``WHOLE``: SM activity itself)."""
+        for name, why in gone.items():
+            if name == WHOLE:
+                self._note_sm_na(dev, why)
+            else:
+                self._unsupported(dev, name, why)
+
+    def _mark_lost(self, dev: _Device, exc: DeviceLost) -> None:
         dev.lost = True
         dev.processes = ()
-        self._free_gpm(dev)
+        if dev.gpm is not None:
+            dev.gpm.free()
         self._note(
             f"lost:{dev.uuid}", dev.index, f"lost ({exc}), it needs a reset, then restart gputop"
         )
@@ -572,83 +441,6 @@ class NvmlSource:
         if prev is None or now <= prev[0] or int(mj) < prev[1]:
             return None
         return round((int(mj) - prev[1]) / 1000.0 / (now - prev[0]), 2)
-
-    # ---- GPM -------------------------------------------------------------------
-
-    def _gpm(self, dev: _Device) -> None:
-        """Take a GPM sample when >= 100 ms passed since the last; metrics from the pair."""
-        assert pynvml is not None
-        if not dev.gpm:
-            return
-        now = time.monotonic()
-        if dev.gpm_taken_at is not None and now - dev.gpm_taken_at < GPM_MIN_GAP_S:
-            return  # too close for a meaningful pair: keep the last values
-        older, newer = dev.gpm_samples[1], dev.gpm_samples[0]
-        try:
-            pynvml.nvmlGpmSampleGet(dev.handle, newer)
-        except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
-            raise _Lost(str(exc)) from None
-        except (
-            pynvml.NVMLError_NotSupported,
-            pynvml.NVMLError_FunctionNotFound,
-            pynvml.NVMLLibraryMismatchError,
-        ) as exc:
-            self._free_gpm(dev)
-            dev.gpm_values = {}
-            self._note_sm_na(dev, f"GPM sampling not supported: {exc}")
-            return
-        except pynvml.NVMLError:
-            dev.gpm_values = {}
-            return
-        dev.gpm_taken_at = now
-        dev.gpm_samples.reverse()  # the sample just taken becomes the older one next time
-        if not dev.gpm_primed:
-            dev.gpm_primed = True
-            return
-        dev.gpm_values = self._gpm_metrics(dev, older, newer)
-
-    def _gpm_metrics(self, dev: _Device, older: Any, newer: Any) -> dict[int, float | None]:
-        assert pynvml is not None
-        if dev.gpm_request is None:
-            # ~19 KB of ctypes (one slot per metric NVML knows): built once, reused
-            dev.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
-        req = dev.gpm_request
-        req.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-        req.numMetrics = len(dev.gpm_metrics)
-        req.sample1 = older
-        req.sample2 = newer
-        for i, metric in enumerate(dev.gpm_metrics):
-            req.metrics[i].metricId = metric
-        try:
-            pynvml.nvmlGpmMetricsGet(req)
-        except (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired) as exc:
-            raise _Lost(str(exc)) from None
-        except pynvml.NVMLError:
-            return {}
-        out: dict[int, float | None] = {}
-        keep: list[int] = []
-        dropped: list[int] = []
-        for i, metric in enumerate(dev.gpm_metrics):
-            m = req.metrics[i]
-            ret = int(m.nvmlReturn)
-            if ret == _NVML_SUCCESS:
-                out[metric] = round(min(100.0, max(0.0, float(m.value))), 2)
-                keep.append(metric)
-            elif ret == _NVML_NOT_SUPPORTED:
-                dropped.append(metric)  # remembered: never requested again on this device
-            else:
-                out[metric] = None
-                keep.append(metric)
-        dev.gpm_metrics = tuple(keep)
-        if GPM_SM_UTIL in dropped:
-            # the headline metric: one note covers the rest
-            self._note_sm_na(dev, "GPM SM_UTIL not supported")
-        else:
-            for metric in dropped:
-                self._unsupported(dev, _GPM_NAMES[metric], "not supported")
-        if not keep:
-            self._free_gpm(dev)
-        return out
 
     # ---- processes -------------------------------------------------------------
 
@@ -733,16 +525,6 @@ class NvmlSource:
         self._status = SourceStatus("gpu", "nvml", True, "; ".join(self.notes) or None)
 
 
-def _gpu_list(indices: Sequence[int]) -> str:
-    """'GPU 3', or 'GPUs 0-7' for a run, or 'GPUs 0, 2, 5'."""
-    ix = sorted(set(indices))
-    if len(ix) == 1:
-        return f"GPU {ix[0]}"
-    if ix == list(range(ix[0], ix[-1] + 1)):
-        return f"GPUs {ix[0]}-{ix[-1]}"
-    return "GPUs " + ", ".join(str(i) for i in ix)
-
-
 def _samples_or_none(fn: Callable[[], Any]) -> Any:
     """Process-utilisation samples, or None when NVML has none newer (NOT_FOUND)."""
     assert pynvml is not None
@@ -753,11 +535,9 @@ def _samples_or_none(fn: Callable[[], Any]) -> Any:
 
 
 __all__ = [
-    "GPM_MIN_GAP_S",
     "PROCESS_REFRESH_S",
     "GpuFacts",
     "NvmlFacts",
     "NvmlSource",
-    "decode_throttle",
     "probe_nvml",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gputop.sources.nvml import decode_throttle
+from gputop.sources.nvml_decode import decode_throttle
 from tests.fakenvml import GPU_IDLE, SW_POWER_CAP
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputop.sources.nvml import valid
+from gputop.sources.nvml_decode import valid
 
 
 @pytest.mark.parametrize(
