@@ -18,23 +18,26 @@ _POWER_HUNGRY = KernelProfile(sm_fill=0.92, dram_fill=0.5, full_power_w=900.0)
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """One demo: the training job's shape, the background load, the GPU's kernels."""
+    """One demo: the training job's shape, the background load, the GPU's kernels.
+
+    The defaults are a healthy GPU-bound job; each scenario says what it changes.
+    """
 
     name: str
     summary: str
     expect: str
     """The verdict gputop should reach."""
-    num_workers: int
-    worker_cpu_ms: float
+    num_workers: int = 2
+    worker_cpu_ms: float = 4.0
     """CPU time a DataLoader worker spends on one batch (decode, augment, collate)."""
-    worker_io_ms: float
+    worker_io_ms: float = 0.0
     """Time a worker sleeps per batch (reading from slow storage)."""
-    launch_cpu_ms: float
+    launch_cpu_ms: float = 3.0
     """Trainer CPU time per step spent launching kernels (Python, autograd, dispatch)."""
-    kernels_per_step: int
-    gpu_ms: float
+    kernels_per_step: int = 6
+    gpu_ms: float = 40.0
     """GPU compute time per step at full clocks."""
-    profile: KernelProfile
+    profile: KernelProfile = _COMPUTE_BOUND
     hogs_per_cpu: float = 0.0
     """Background CPU hogs per demo CPU (the contention)."""
     prefetch_factor: int = 2
@@ -55,13 +58,6 @@ SCENARIOS: dict[str, Scenario] = {
             name="healthy",
             summary="a GPU-bound training loop with idle CPUs to spare: GPU_UTIL and SM agree",
             expect="ok",
-            num_workers=2,
-            worker_cpu_ms=4.0,
-            worker_io_ms=0.0,
-            launch_cpu_ms=3.0,
-            kernels_per_step=6,
-            gpu_ms=40.0,
-            profile=_COMPUTE_BOUND,
         ),
         Scenario(
             name="cpu-contention",
@@ -69,47 +65,31 @@ SCENARIOS: dict[str, Scenario] = {
             expect="busy_but_starving",
             num_workers=4,
             worker_cpu_ms=6.0,
-            worker_io_ms=0.0,
             launch_cpu_ms=18.0,
             kernels_per_step=10,
             gpu_ms=15.0,
-            profile=_COMPUTE_BOUND,
             hogs_per_cpu=3.0,
         ),
         Scenario(
             name="slow-dataloader",
             summary="2 DataLoader workers cannot keep up: the trainer waits for batches",
             expect="input_bound",
-            num_workers=2,
             worker_cpu_ms=45.0,
             worker_io_ms=55.0,
             launch_cpu_ms=2.0,
             kernels_per_step=4,
             gpu_ms=12.0,
-            profile=_COMPUTE_BOUND,
         ),
         Scenario(
             name="memory-bound",
             summary="memory-bound kernels on an unloaded host: busy GPU, few SMs working",
             expect="low_sm_efficiency",
-            num_workers=2,
-            worker_cpu_ms=4.0,
-            worker_io_ms=0.0,
-            launch_cpu_ms=3.0,
-            kernels_per_step=6,
-            gpu_ms=40.0,
             profile=_MEMORY_BOUND,
         ),
         Scenario(
             name="throttled",
             summary="power-hungry kernels hit the power cap: clocks drop, steps slow down",
             expect="throttled",
-            num_workers=2,
-            worker_cpu_ms=4.0,
-            worker_io_ms=0.0,
-            launch_cpu_ms=3.0,
-            kernels_per_step=6,
-            gpu_ms=40.0,
             profile=_POWER_HUNGRY,
         ),
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
@@ -13,6 +12,7 @@ from textual.widget import Widget
 
 from gputop.model.frame import Frame
 from gputop.model.view import ScreenView
+from gputop.widgets.lines import cached_line
 from gputop.widgets.sparkline import sparkline
 
 LABEL_W = 6
@@ -189,20 +189,7 @@ class GpuPanel(Widget):
         return lines
 
     def render_line(self, y: int) -> Strip:
-        width = self.content_size.width
-        if y >= len(self._lines):
-            return Strip.blank(width, self.rich_style)
-        strip = self._strips[y]
-        if strip is None:
-            base = self.rich_style
-            segments = [
-                Segment(text, base + self._style(cls) if cls else base)
-                for text, cls in self._lines[y]
-                if text
-            ]
-            strip = Strip(segments).crop_extend(0, width, base)
-            self._strips[y] = strip
-        return strip
+        return cached_line(self, self._lines, self._strips, y, self._style)
 
     def _style(self, cls: str) -> Style:
         return self.get_component_rich_style(cls, partial=True)

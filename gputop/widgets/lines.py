@@ -9,6 +9,8 @@ number changes (a resize, a new GPU), never for new values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region
@@ -84,20 +86,29 @@ class LineWidget(Widget):
         return style
 
     def render_line(self, y: int) -> Strip:
-        width = self.content_size.width
-        if y >= len(self._lines):
-            return Strip.blank(width, self.rich_style)
-        strip = self._strips[y]
-        if strip is None:
-            base = self.rich_style
-            segments = [
-                Segment(text, base + self.style_of(cls) if cls else base)
-                for text, cls in self._lines[y]
-                if text
-            ]
-            strip = Strip(segments).crop_extend(0, width, base)
-            self._strips[y] = strip
-        return strip
+        return cached_line(self, self._lines, self._strips, y, self.style_of)
+
+
+def cached_line(
+    widget: Widget,
+    lines: list[Line],
+    strips: list[Strip | None],
+    y: int,
+    style_of: Callable[[str], Style],
+) -> Strip:
+    """Line ``y`` of ``lines`` as a Strip of the widget's content width, drawn once and kept in
+    ``strips`` until the line changes (its slot is set to None)."""
+    width = widget.content_size.width
+    if y >= len(lines):
+        return Strip.blank(width, widget.rich_style)
+    strip = strips[y]
+    if strip is None:
+        base = widget.rich_style
+        segments = [
+            Segment(text, base + style_of(cls) if cls else base) for text, cls in lines[y] if text
+        ]
+        strip = strips[y] = Strip(segments).crop_extend(0, width, base)
+    return strip
 
 
 def fit_runs(runs: Line, width: int) -> Line:
