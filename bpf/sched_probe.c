@@ -499,22 +499,52 @@ GT_SCHED_EVENT(sched_process_exec) {
     return on_exec(GT_EXEC_TGID(args));
 }
 
-// Interrupt nesting. Attached by user space to whichever of these tracepoints
-// this kernel has (IRQ_ENTER_EVENTS / IRQ_EXIT_EVENTS in sched_probe.py); an
-// exit seen without its entry (the probe attached in between) leaves depth at 0.
-GT_PROGRAM(on_irq_entry) {
+// Interrupt nesting. User space attaches each event's pair to whichever of these
+// tracepoints this kernel has (probe_plan.IRQ_EVENT_PAIRS); an exit seen without its
+// entry (the probe attached in between) leaves depth at 0.
+//
+// One program per tracepoint, never one shared by all: a raw tracepoint's program
+// does not run while the same program already runs on that CPU (the kernel's
+// per-program recursion guard). With one shared exit program, a hard interrupt
+// arriving while it ran for a softirq's exit would count its entry and lose its
+// exit, leaving the CPU "in an interrupt" for good and every wake-up there blamed
+// on interrupts. Hard interrupts do not nest, nor do softirqs, so an event's own
+// program is never interrupted by the same event.
+static __always_inline int irq_enter(void) {
     u32 *depth = irq_depth_slot();
     if (depth)
         *depth += 1;
     return 1;
 }
 
-GT_PROGRAM(on_irq_exit) {
+static __always_inline int irq_exit(void) {
     u32 *depth = irq_depth_slot();
     if (depth && *depth > 0)
         *depth -= 1;
     return 1;
 }
+
+#define GT_IRQ_PAIR(event)                \
+    GT_PROGRAM(on_##event##_entry) {      \
+        return irq_enter();               \
+    }                                     \
+    GT_PROGRAM(on_##event##_exit) {       \
+        return irq_exit();                \
+    }
+
+GT_IRQ_PAIR(irq_handler)
+GT_IRQ_PAIR(softirq)
+GT_IRQ_PAIR(hrtimer_expire)
+GT_IRQ_PAIR(timer_expire)
+GT_IRQ_PAIR(local_timer)
+GT_IRQ_PAIR(call_function)
+GT_IRQ_PAIR(call_function_single)
+GT_IRQ_PAIR(reschedule)
+GT_IRQ_PAIR(x86_platform_ipi)
+GT_IRQ_PAIR(thermal_apic)
+GT_IRQ_PAIR(error_apic)
+GT_IRQ_PAIR(spurious_apic)
+GT_IRQ_PAIR(ipi)
 
 // CUDA synchronization calls (cuStreamSynchronize, cuEventSynchronize,
 // cuCtxSynchronize, their per-thread-stream variants, synchronous copies).

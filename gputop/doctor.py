@@ -26,19 +26,18 @@ from typing import Any
 
 from gputop.procctl import PYSPY_INSTALL_HINT, find_pyspy
 from gputop.runtime import Options
-from gputop.sources.bcc_loader import INSTALL_FIX, find_bcc
+from gputop.sources.bcc_find import INSTALL_FIX, find_bcc
+from gputop.sources.bcc_loader import TRACEFS_DIRS, state_masks
 from gputop.sources.nvml import NvmlFacts, probe_nvml
-from gputop.sources.sched_probe import (
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import (
     KHEADERS,
-    TRACEFS_DIRS,
     LoaderPlan,
-    Unavailable,
     has_bpf_capabilities,
     kernel_headers_present,
     libbpf_problem,
     plan_loader,
     preflight,
-    state_masks,
 )
 
 
@@ -96,7 +95,7 @@ def check_nvml(probe: Callable[[], NvmlFacts] = probe_nvml) -> list[Check]:
 
 # ---- eBPF ----------------------------------------------------------------------
 #
-# Each row's verdict is the probe's own test (gputop.sources.sched_probe), so the
+# Each row's verdict is the probe's own test (gputop.sources.probe_plan), so the
 # doctor cannot pass a host the probe then refuses; the rows only add detail to it.
 # Whether to load is the probe's preflight() verdict.
 
@@ -385,10 +384,11 @@ def check_pyspy(
 def run_checks(try_probe: bool = True) -> list[Check]:
     """Every check, against this machine; the probe is compiled only when it can work."""
     plan = plan_loader()
-    ebpf = [check_privileges(), check_tracefs(), check_bpf_loader(plan)]
+    ebpf = [check_privileges(), check_bpf_loader(plan)]
     if not (isinstance(plan, LoaderPlan) and plan.loader == "libbpf"):
-        # bcc compiles the probe here (or would): what it needs, row by row.
-        ebpf += [check_bcc(), check_kernel_headers()]
+        # bcc compiles the probe here (or would): what it needs, row by row. (libbpf
+        # attaches raw tracepoints by name: it needs neither tracefs nor headers.)
+        ebpf += [check_tracefs(), check_bcc(), check_kernel_headers()]
     if not try_probe:
         probe = Check("eBPF probe", False, "not tried (--no-bpf)")
     elif not all(c.ok for c in ebpf):

@@ -24,7 +24,8 @@ from gputop.model.frame import (
     Verdict,
 )
 from gputop.model.hostjoin import HostJoin
-from gputop.model.readings import GpuUse, HostReading, Pipeline, ProbeReading
+from gputop.model.readings import GpuUse, HostReading, Pipeline, ProbeReading, ProbeRows
+from gputop.model.sched_intervals import SchedIntervals
 from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
 from gputop.sources.procfs import ProcSource
 
@@ -34,26 +35,42 @@ FIRST_FRAME_S = 0.5
 
 
 class HostPass:
-    """The host side of one tick: /proc's two passes around the join stage.
+    """The host side of one tick: the probe's interval and /proc's two passes around the join.
 
-    /proc reads (``ProcSource.scan``), the model picks the rows
-    (``HostJoin.choose``), /proc reads their threads (``ProcSource.details``),
-    and the model joins them with the probe's reading (``HostJoin.join``). The
-    source only reads and the model only interprets; this is where they meet.
+    The model turns the probe's map rows into the interval's deltas
+    (``SchedIntervals.take``), /proc reads (``ProcSource.scan``), the model picks
+    the rows (``HostJoin.choose``), /proc reads their threads
+    (``ProcSource.details``), and the model joins them with the probe's reading
+    (``HostJoin.join``). The sources only read and the model only interprets;
+    this is where they meet.
     """
 
     def __init__(self, procs: ProcSource | None = None, top_n: int = 30) -> None:
         self.procs = procs or ProcSource()
         self.join = HostJoin(top_n=top_n)
+        self.intervals = SchedIntervals()
 
     def read(
         self,
         now: float,
         gpu_pids: Iterable[int] = (),
         gpu_of: Mapping[int, GpuUse] | None = None,
+        probe_rows: ProbeRows | None = None,
+    ) -> HostReading:
+        """The host and every process worth showing, with the probe's numbers where it has them.
+
+        ``HostReading.from_probe``: the probe's interval went into the rows.
+        """
+        return self.read_interval(now, gpu_pids, gpu_of, self.intervals.take(probe_rows))
+
+    def read_interval(
+        self,
+        now: float,
+        gpu_pids: Iterable[int] = (),
+        gpu_of: Mapping[int, GpuUse] | None = None,
         probe: ProbeReading | None = None,
     ) -> HostReading:
-        """The host and every process worth showing, with the probe's numbers where it has them."""
+        """``read`` given the probe's interval (None: /proc's numbers alone)."""
         gpu_of = gpu_of or {}
         if probe is None:
             scan = self.procs.scan(now)
@@ -61,7 +78,8 @@ class HostPass:
             scan = self.procs.scan(now, probe.active, probe.execd)
         choice = self.join.choose(scan, now, {*gpu_pids, *gpu_of}, self.procs.cmdline)
         details = self.procs.details(choice.detail, scan)
-        return self.join.join(scan, choice, details, gpu_of, probe)
+        joined = self.join.join(scan, choice, details, gpu_of, probe)
+        return replace(joined, from_probe=probe is not None)
 
 
 class Diagnoser(Protocol):
@@ -174,12 +192,12 @@ class Sampler:
         self.open()
         now_m = time.monotonic()
         gpu_reading = self._read_gpu()
-        probe_reading = self._read_probe()
+        probe_rows = self._read_probe()
         gpu_of: dict[int, GpuUse] = {}
         for gp in gpu_reading.processes:
             use = gpu_of.get(gp.pid) or GpuUse()
             gpu_of[gp.pid] = use.plus(gp.gpu_index, gp.gpu_mem_mib, gp.sm_pct)
-        host = self._read_host(now_m, gpu_of, probe_reading)
+        host = self._read_host(now_m, gpu_of, probe_rows)
         self._pipeline = host.pipeline
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall
@@ -188,7 +206,7 @@ class Sampler:
         frame = Frame(
             t=wall,
             interval=round(interval, 4),
-            sources=self._sources(probe_reading),
+            sources=self._sources(host.from_probe),
             host=host.host,
             gpus=gpu_reading.gpus,
             processes=host.processes,
@@ -210,7 +228,7 @@ class Sampler:
             self._disable_gpu(exc)
             return GpuReading()
 
-    def _read_probe(self) -> ProbeReading | None:
+    def _read_probe(self) -> ProbeRows | None:
         if self.probe is None:
             return None
         try:
@@ -223,10 +241,10 @@ class Sampler:
         self,
         now: float,
         gpu_of: dict[int, GpuUse],
-        probe: ProbeReading | None,
+        probe_rows: ProbeRows | None,
     ) -> HostReading:
         try:
-            return self.procs.read(now, gpu_of=gpu_of, probe=probe)
+            return self.procs.read(now, gpu_of=gpu_of, probe_rows=probe_rows)
         except Exception as exc:  # noqa: BLE001
             self._notes.append(f"/proc read failed: {exc!r}")
             return HostReading(HostSample(cpu_pct=0.0, ncpu=os.cpu_count() or 1, load1=0.0), (), 0)
@@ -255,7 +273,7 @@ class Sampler:
             out.append(self.probe.status)
         return out
 
-    def _sources(self, probe_reading: ProbeReading | None) -> Sources:
+    def _sources(self, from_probe: bool) -> Sources:
         notes = list(self.extra_notes)
         gs = self.gpu.status
         # A live source's reason lists what it cannot report (e.g. SM activity n/a).
@@ -264,12 +282,12 @@ class Sampler:
         if self.probe is not None:
             ps = self.probe.status
             # A live probe has a reason only when something is wrong (failed map updates).
-            if ps.reason and (probe_reading is None or ps.live):
+            if ps.reason and (not from_probe or ps.live):
                 notes.append(f"sched: {ps.reason}")
         notes.extend(dict.fromkeys(self._notes))
         return Sources(
             gpu=gs.kind if gs.live else "none",
-            sched="bpf" if probe_reading is not None else "procfs",
+            sched="bpf" if from_probe else "procfs",
             notes=tuple(notes),
         )
 

@@ -7,10 +7,13 @@ import os
 import shutil
 import subprocess
 import time
+from typing import Any, Protocol
 
 import pytest
 
-from gputop.sources.bcc_loader import find_bcc
+from gputop.model.readings import Pipeline, ProbeReading
+from gputop.model.sched_intervals import SchedIntervals
+from gputop.sources.bcc_find import find_bcc
 from gputop.sources.bpf_build import find_clang
 from gputop.sources.bpf_syscall import link_ids, loaded_program_ids
 from tests.harness import ROOT
@@ -115,3 +118,92 @@ CLANG = find_clang()
 
 
 needs_clang = pytest.mark.skipif(CLANG is None, reason="needs clang (scripts/install-and-test.sh)")
+
+
+# ---- the probe's maps, from outside: bpftool ----------------------------------------
+
+
+class _Probe(Protocol):
+    def program_fds(self) -> dict[str, int]: ...
+
+    def read(self, pipeline: Pipeline | None = None) -> Any: ...
+
+
+def _bpftool(*args: str) -> Any:
+    out = subprocess.run(["bpftool", *args, "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout or "null")
+
+
+def probe_map_ids(probe: _Probe) -> dict[str, int]:
+    """Name -> kernel id of every map the probe's programs use (``bpftool prog show``)."""
+    ids: set[int] = set()
+    for fd in probe.program_fds().values():
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            prog_id = next(ln.split()[1] for ln in f if ln.startswith("prog_id:"))
+        ids.update(_bpftool("prog", "show", "id", prog_id).get("map_ids", []))
+    return {_bpftool("map", "show", "id", str(i))["name"]: i for i in ids}
+
+
+def map_entries(map_id: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) bytes of every entry of a map (``bpftool map dump``)."""
+    return [
+        (bytes(int(b, 16) for b in e["key"]), bytes(int(b, 16) for b in e["value"]))
+        for e in _bpftool("map", "dump", "id", str(map_id))
+    ]
+
+
+def map_u32(probe: _Probe, name: str) -> dict[int, int]:
+    """A map of the probe keyed by u32 (a tid or tgid), with each value's leading u32 (or u8)."""
+    out = {}
+    for k, v in map_entries(probe_map_ids(probe)[name]):
+        out[int.from_bytes(k[:4], "little")] = int.from_bytes(v[:4], "little")
+    return out
+
+
+def map_keys(probe: _Probe) -> tuple[set[int], set[int]]:
+    """(tids, tgids) that have entries in the probe's kernel maps now."""
+    return set(map_u32(probe, "threads")), set(map_u32(probe, "groups"))
+
+
+def map_insert_zero(probe: _Probe, name: str, key: int) -> None:
+    """Put a zero-valued entry under the u32 ``key`` into a map of the probe."""
+    map_id = probe_map_ids(probe)[name]
+    size = int(_bpftool("map", "show", "id", str(map_id))["bytes_value"])
+    subprocess.run(
+        [
+            *("bpftool", "map", "update", "id", str(map_id)),
+            *("key", *_hex(key.to_bytes(4, "little"))),
+            *("value", *_hex(bytes(size))),
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _hex(data: bytes) -> list[str]:
+    return [f"0x{b:02x}" for b in data]
+
+
+class Intervals:
+    """The probe's rows turned into intervals, as the sampler's host pass turns them.
+
+    A fresh one only sets baselines at its first read, like the sampler's first tick.
+    """
+
+    def __init__(self, probe: _Probe) -> None:
+        self.probe = probe
+        self._acc = SchedIntervals()
+
+    def read(self, pipeline: Pipeline | None = None) -> ProbeReading | None:
+        return self._acc.take(self.probe.read(pipeline))
+
+
+def perf_attachments() -> list[dict[str, Any]]:
+    """Every program attached through a perf event or raw tracepoint, by any process
+    (``bpftool perf show``: pid, fd_type, prog_id, and the tracepoint or probed file)."""
+    return list(_bpftool("perf", "show") or [])
+
+
+def held_perf_attachments(pid: int) -> list[dict[str, Any]]:
+    """The ``perf_attachments()`` that process ``pid`` holds."""
+    return [a for a in perf_attachments() if a["pid"] == pid]

@@ -240,6 +240,24 @@ class ProbeConfig(AbiStruct):
     }
 
 
+# Every map of the program: name -> (key type, value type), None for a map only the
+# kernel side uses. gputop checks each against the loaded program's own description.
+MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
+    "threads": (ctypes.c_uint32, ThreadT),
+    "groups": (ctypes.c_uint32, GroupT),
+    "exiting": None,
+    "epoch": (ctypes.c_int32, ctypes.c_uint32),
+    "errors": (ctypes.c_int32, ctypes.c_uint64),
+    "pipeline": (ctypes.c_uint32, ctypes.c_uint32),
+    "watched": (ctypes.c_uint32, ctypes.c_uint8),
+    "preempt": (PreemptKeyT, PreemptValT),
+    "activity": (ctypes.c_uint32, ctypes.c_uint8),
+    "running": (ctypes.c_int32, ctypes.c_uint32),
+    "other_wakers": (WokeKeyT, WokeValT),
+    "cpu_waiters": (ctypes.c_int32, WaitersT),
+    "irq_depth": (ctypes.c_int32, IrqDepthT),
+}
+
 STRUCTS: tuple[type[AbiStruct], ...] = (
     ThreadT,
     GroupT,

@@ -2,17 +2,52 @@
 
 /proc (``sources/procfs.py``) gives a ``ProcScan`` of every process and a
 ``ProcDetail`` of each one chosen to be shown; the scheduler probe reads its
-kernel maps and the pure accounting (``model/sched_intervals.py``) turns them
-into a ``ProbeReading``; the join stage (``model/hostjoin.py``) builds each
-process's row from them and names the ``Pipeline`` the probe watches next.
+kernel maps into ``ProbeRows`` and the pure accounting
+(``model/sched_intervals.py``) turns them into a ``ProbeReading``; the join stage
+(``model/hostjoin.py``) builds each process's row from them and names the
+``Pipeline`` the probe watches next.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gputop.model.frame import HostSample, ProcessSample, ThreadSample
+from gputop.model.probe_abi import GroupT, ThreadT
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRows:
+    """One read of the probe's kernel maps: running totals, as the kernel holds them.
+
+    ``threads``/``groups``: (tid or tgid, row). ``preempt``: (watched victim
+    tgid, runner tgid) -> (ns, runs) so far. ``woke``: (watched thread, waking
+    tgid) -> blocked ns so far, for stretches that have ended (woken-but-running
+    stretches are credited from ``threads``). ``ended_epoch``: the epoch user
+    space closed with this read (the longest stretch per epoch is kept in two
+    slots). ``watched``: processes watched (their preemptors recorded) through
+    the whole interval. ``cuda_tgids``: processes whose CUDA driver library was
+    probed through the whole interval. ``active``: processes that ran, exited or
+    exec'd since the last read (None: not known, read every process);
+    ``execd``: those that exec'd. ``map_errors``: failed map updates since the
+    last read. ``baseline_only``: the first read after attaching, whose window
+    began part-way through an interval: it only sets the baselines.
+    """
+
+    now_ns: int
+    dt_ns: int
+    ended_epoch: int
+    threads: Sequence[tuple[int, ThreadT]]
+    groups: Sequence[tuple[int, GroupT]]
+    preempt: Mapping[tuple[int, int], tuple[int, int]]
+    woke: Mapping[tuple[int, int], int]
+    watched: frozenset[int] = frozenset()
+    cuda_tgids: frozenset[int] = frozenset()
+    active: frozenset[int] | None = None
+    execd: frozenset[int] = frozenset()
+    map_errors: int = 0
+    baseline_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +212,8 @@ class HostReading:
     processes: tuple[ProcessSample, ...]
     all_count: int
     pipeline: Pipeline = field(default_factory=lambda: Pipeline())
+    # The probe's interval went into the rows (the frame's scheduler source is "bpf").
+    from_probe: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,9 @@
 """The scheduler probe's per-interval accounting: decoded kernel map rows in, deltas out.
 
 Pure: no kernel, no /proc, no clock. ``BpfSchedProbe.read()`` reads its maps once
-per tick and hands the rows here as ``MapRows``; ``SchedIntervals.update()``
-returns what happened since the previous update as a ``ProbeReading`` and keeps
-the running totals it diffs against.
+per tick into ``ProbeRows``; the sampler's host pass hands them here, and
+``SchedIntervals.take()`` returns what happened since the previous read as a
+``ProbeReading`` and keeps the running totals it diffs against.
 
 The kernel keeps running totals per thread (``thread_t``) and per process
 (``group_t``: the totals of its exited threads and an off-CPU histogram). Three
@@ -36,10 +36,9 @@ from gputop.model.probe_abi import (
     WAKE_OTHER,
     WAKE_SYNC,
     WAKE_THREAD,
-    GroupT,
     ThreadT,
 )
-from gputop.model.readings import PreemptorTime, ProbeReading, TaskSched
+from gputop.model.readings import PreemptorTime, ProbeReading, ProbeRows, TaskSched
 
 # thread_t.wait_ns, by index (WAKE_* in probe_abi).
 _WAKE_FIELD_OF = {
@@ -62,27 +61,6 @@ _CUM_FIELDS = (
     *_WAKE_FIELDS,
     *_SYNC_FIELDS,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class MapRows:
-    """One read of the probe's maps.
-
-    ``threads``/``groups``: (tid or tgid, row) as the kernel holds them.
-    ``preempt``: (watched victim tgid, runner tgid) -> (ns, runs) so far.
-    ``woke``: (watched thread, waking tgid) -> blocked ns so far, for stretches
-    that have ended (woken-but-running stretches are credited from ``threads``).
-    ``ended_epoch``: the epoch user space closed with this read (the longest
-    stretch per epoch is kept in two slots).
-    """
-
-    now_ns: int
-    dt_ns: int
-    ended_epoch: int
-    threads: Sequence[tuple[int, ThreadT]]
-    groups: Sequence[tuple[int, GroupT]]
-    preempt: Mapping[tuple[int, int], tuple[int, int]]
-    woke: Mapping[tuple[int, int], int]
 
 
 @dataclass(slots=True)
@@ -255,20 +233,16 @@ class SchedIntervals:
         self._prev_preempt: dict[tuple[int, int], tuple[int, int]] = {}
         self._prev_woke: dict[tuple[int, int], int] = {}
 
-    def tgid_of(self) -> dict[int, int]:
-        """Every thread known at the last update -> its process (tgid)."""
-        return {tid: c.tgid for tid, c in self._prev_tid.items()}
+    def take(self, rows: ProbeRows | None) -> ProbeReading | None:
+        """This read's interval (None when the probe gave none, or for a read that only
+        sets the baselines: the first after attaching)."""
+        if rows is None:
+            return None
+        reading = self.update(rows)
+        return None if rows.baseline_only else reading
 
-    def tgids(self) -> set[int]:
-        """Every process known at the last update."""
-        return set(self._prev_tgid)
-
-    def update(self, rows: MapRows, watched: Collection[int]) -> ProbeReading:
-        """The deltas since the previous update.
-
-        ``watched``: processes watched (their preemptors recorded) through the
-        whole interval; only they get ``preemptors``.
-        """
+    def update(self, rows: ProbeRows) -> ProbeReading:
+        """The deltas since the previous update (preemptors only of ``rows.watched``)."""
         woke = _woke_totals(rows.woke, rows.threads, rows.now_ns)
         per_tid, group_cum = self._thread_deltas(rows, woke)
         per_tgid = self._group_deltas(rows, group_cum)
@@ -276,7 +250,11 @@ class SchedIntervals:
             dt_ns=rows.dt_ns,
             per_tgid=per_tgid,
             per_tid=per_tid,
-            preemptors=self._preemptor_deltas(rows.preempt, watched),
+            map_errors=rows.map_errors,
+            preemptors=self._preemptor_deltas(rows.preempt, rows.watched),
+            cuda_tgids=rows.cuda_tgids,
+            active=rows.active,
+            execd=rows.execd,
         )
 
     def _woke_deltas(self, tid: int, totals: dict[int, int]) -> tuple[tuple[int, int], ...]:
@@ -289,7 +267,7 @@ class SchedIntervals:
         return tuple(sorted(out, key=lambda x: -x[1]))
 
     def _thread_deltas(
-        self, rows: MapRows, woke: dict[int, dict[int, int]]
+        self, rows: ProbeRows, woke: dict[int, dict[int, int]]
     ) -> tuple[dict[int, TaskSched], dict[int, _Cum]]:
         """Per-thread deltas (threads seen at the previous update only), and each group's totals."""
         per_tid: dict[int, TaskSched] = {}
@@ -343,7 +321,7 @@ class SchedIntervals:
         }
         return per_tid, group_cum
 
-    def _group_deltas(self, rows: MapRows, group_cum: dict[int, _Cum]) -> dict[int, TaskSched]:
+    def _group_deltas(self, rows: ProbeRows, group_cum: dict[int, _Cum]) -> dict[int, TaskSched]:
         """Per-process deltas: live threads' totals plus those folded in from exited ones."""
         per_tgid: dict[int, TaskSched] = {}
         new_prev: dict[int, _Cum] = {}

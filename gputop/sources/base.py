@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from gputop.model.frame import GpuReading, SourceStatus
-from gputop.model.readings import Pipeline, ProbeReading
+from gputop.model.readings import Pipeline, ProbeRows
 
 
 class GpuSource(Protocol):
@@ -39,11 +39,12 @@ class SchedProbe(Protocol):
     def open(self) -> None:
         """Start loading; must return at once (compile and attach in the background)."""
 
-    def read(self, pipeline: Pipeline | None = None) -> ProbeReading | None:
-        """Deltas since the last read, or None while not (yet) attached.
+    def read(self, pipeline: Pipeline | None = None) -> ProbeRows | None:
+        """The kernel's running totals now, or None while not (yet) attached.
 
         ``pipeline`` (the join stage's output of the last tick): who feeds which
-        trainer and whose preemptors to record, from this read on.
+        trainer, whose preemptors to record and whose rows to read, from this
+        read on. The model turns the rows into an interval (``SchedIntervals``).
         """
         ...
 

@@ -108,7 +108,7 @@ def bcc_source(text: str) -> str:
 
 def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], list[int]]:
     """(the message, the fds to send): a description of what is attached, or why not."""
-    from gputop.sources.bcc_loader import find_bcc
+    from gputop.sources.bcc_find import find_bcc
 
     bcc, why = find_bcc()
     if bcc is None:

@@ -26,10 +26,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from gputop.sources.bpf_handover import Handover, _MapFd
+from gputop.model.probe_abi import ProbeConfig
+from gputop.sources.bpf_handover import Handover, MapFd
 from gputop.sources.bpf_syscall import attach_raw_tracepoint, prog_info
+from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader
 
 SONAME = "libbpf.so.1"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
@@ -46,12 +48,11 @@ _KIND_RESTRICT = 11
 _LIBBPF_WARN = 0
 
 
-class LibbpfError(Exception):
+class LibbpfError(LoadError):
     """The object could not be opened, loaded or attached; ``reason`` says why in one line."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+        super().__init__(reason, "run `gputop doctor`: it checks libbpf, kernel BTF and tracefs")
 
 
 class _BtfType(ctypes.Structure):
@@ -238,7 +239,7 @@ def load(
     if not obj:
         raise _failure(f"cannot open {object_path}", ctypes.get_errno())
     programs: dict[str, int] = {}
-    maps: dict[str, _MapFd] = {}
+    maps: dict[str, MapFd] = {}
     attachments: dict[str, int] = {}
     try:
         _configure(lib, obj, config, max_entries)
@@ -249,7 +250,7 @@ def load(
         for m in _iterate(lib.bpf_object__next_map, obj):
             if lib.bpf_map__is_internal(m):
                 continue
-            maps[lib.bpf_map__name(m).decode()] = _MapFd(
+            maps[lib.bpf_map__name(m).decode()] = MapFd(
                 os.dup(lib.bpf_map__fd(m)),
                 _struct_desc(lib, btf, lib.bpf_map__btf_key_type_id(m)),
                 _struct_desc(lib, btf, lib.bpf_map__btf_value_type_id(m)),
@@ -324,3 +325,31 @@ def _attach(programs: Mapping[str, int], a: TracepointAttach) -> int:
         return attach_raw_tracepoint(fd, None if typed else a.tracepoint.split(":", 1)[1])
     except OSError as exc:
         raise LibbpfError(f"cannot attach {a.program} to {a.tracepoint}: {exc}") from None
+
+
+class LibbpfLoader(ProbeLoader):
+    """The CO-RE object at ``object_path``, loaded by libbpf and attached as raw tracepoints."""
+
+    name: ClassVar[str] = "libbpf"
+    slow: ClassVar[bool] = False
+
+    def __init__(self, object_path: str) -> None:
+        self.object_path = object_path
+
+    def load(self, spec: LoadSpec) -> Handover:
+        return load(
+            Path(self.object_path),
+            ProbeConfig(max_cpus=spec.max_cpus),
+            spec.max_entries,
+            [TracepointAttach(f"tracepoint__sched__{e}", f"sched:{e}") for e in spec.sched_events],
+            [
+                (
+                    TracepointAttach(f"on_{e}_entry", f"{c}:{e}_entry"),
+                    TracepointAttach(f"on_{e}_exit", f"{c}:{e}_exit"),
+                )
+                for c, e in spec.irq_pairs
+            ],
+        )
+
+    def cancel(self) -> None:
+        """Nothing to end: a load takes tens of milliseconds on the caller's thread."""

@@ -15,7 +15,7 @@ from gputop.doctor import (
     check_schedstat,
     run_checks,
 )
-from gputop.sources.sched_probe import kernel_headers_present
+from gputop.sources.probe_plan import kernel_headers_present
 from tests.doctorutil import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, row, run_doctor
 from tests.fakenvml import ARCH_AMPERE, DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 from tests.harness import PY, ROOT
@@ -115,13 +115,17 @@ def test_doctor_on_this_machine() -> None:
     r = run_doctor([])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
-    for name in ("NVML", "privileges", "tracefs", "eBPF loader", "schedstat", "PSI", "py-spy"):
+    for name in ("NVML", "privileges", "eBPF loader", "schedstat", "PSI", "py-spy"):
         assert row(r.stdout, name)
     loader = row(r.stdout, "eBPF loader")
     if " ok  libbpf:" in loader:
-        # The object built ahead of time needs neither: their rows are not shown.
-        assert not any(line.strip().startswith("bcc (eBPF)") for line in r.stdout.splitlines())
+        # The object built ahead of time attaches raw tracepoints by name: it needs
+        # neither bcc, nor headers, nor tracefs, and their rows are not shown.
+        shown = [line.strip() for line in r.stdout.splitlines()]
+        for name in ("bcc (eBPF)", "kernel headers", "tracefs"):
+            assert not any(line.startswith(name) for line in shown), name
         return
+    assert row(r.stdout, "tracefs")
     bcc_works = os.path.exists("/usr/lib/python3/dist-packages/bcc/__init__.py")
     assert (" ok " in row(r.stdout, "bcc (eBPF)")) is bcc_works
     headers = kernel_headers_present(os.uname().release) is not None

@@ -88,7 +88,7 @@ def test_install_from_a_clean_clone_without_clang_gets_the_shipped_object(tmp_pa
     assert installed.read_bytes() == (clone / "bpf" / OBJECT_NAME).read_bytes()
     assert object_inputs_sha256(installed) == inputs_sha256(clone / "bpf")
     # The installed package finds its own object, not a source tree's.
-    code = "from gputop.sources.sched_probe import bpf_object_path; print(bpf_object_path())"
+    code = "from gputop.sources.probe_plan import bpf_object_path; print(bpf_object_path())"
     out = subprocess.run(
         [sys.executable, "-c", code],
         env=dict(env, PYTHONPATH=str(target)),

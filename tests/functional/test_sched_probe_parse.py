@@ -1,12 +1,14 @@
 """The probe's preflight on this machine: its tracefs format gives masks, and preflight says
-why not or gives the masks without importing bcc."""
+why not or which loader, without importing bcc."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from gputop.sources.sched_probe import Unavailable, preflight, state_masks
+from gputop.sources.bcc_loader import state_masks
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import preflight
 from tests.harness import ROOT
 
 
@@ -23,17 +25,16 @@ def test_masks_match_this_kernels_tracefs_when_readable():
         return
 
 
-def test_preflight_names_a_reason_and_fix_or_gives_masks_without_importing_bcc():
+def test_preflight_names_a_reason_and_fix_or_a_loader_without_importing_bcc():
     got = preflight()
     if isinstance(got, Unavailable):
         assert got.reason
     else:
-        not_runnable, dead = got
-        assert not_runnable & 0x3 == 0x3 and dead
+        assert got.loader in ("libbpf", "bcc") and got.why
     # bcc (and LLVM with it) is for the compiler child only: checked in a fresh
     # interpreter, since other tests in this one import bcc.
     code = (
-        "import sys; from gputop.sources.sched_probe import preflight; preflight();"
+        "import sys; from gputop.sources.probe_plan import preflight; preflight();"
         " print('bcc' in sys.modules)"
     )
     out = subprocess.run(

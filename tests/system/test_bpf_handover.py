@@ -15,21 +15,18 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from gputop.model.probe_abi import MAP_TYPES, ThreadT
 from gputop.sources import sched_probe
-from gputop.sources.bcc_loader import find_bcc
-from gputop.sources.bpf_handover import HandoverError, load, receive, spawn
+from gputop.sources.bcc_find import find_bcc
+from gputop.sources.bcc_loader import BccLoader, HandoverError, kernel_facts, receive, spawn
+from gputop.sources.bpf_handover import Handover
 from gputop.sources.bpf_syscall import LayoutMismatch
-from gputop.sources.sched_probe import (
-    MAP_TYPES,
-    BpfSchedProbe,
-    ThreadT,
-    Unavailable,
-    bpf_source_path,
-    kernel_facts,
-    preflight,
-)
+from gputop.sources.probe_loader import LoadSpec, Unavailable
+from gputop.sources.probe_plan import bpf_source_path, possible_cpus, preflight
+from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import (
     held_by_anyone,
     held_prog_ids,
@@ -58,7 +55,13 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reaso
 def _cflags() -> list[str]:
     facts = kernel_facts()
     assert not isinstance(facts, Unavailable)
-    return BpfSchedProbe().compile_flags(facts)
+    spec = LoadSpec(BpfSchedProbe().max_entries(), possible_cpus())
+    return BccLoader(bpf_source_path()).compile_flags(spec, facts)
+
+
+def load(src_path: str, cflags: list[str]) -> Handover:
+    """Compile and attach in a child; take over what it hands back."""
+    return receive(spawn(src_path, cflags), timeout_s=120)
 
 
 SWITCHER = """
@@ -194,19 +197,27 @@ def test_close_during_compile_kills_the_child_at_once():
     p = BpfSchedProbe(use_loader="bcc")
     p.open()
     deadline = time.monotonic() + 10
-    while p._spawned is None and time.monotonic() < deadline:
+    while not (children := _compilers()) and time.monotonic() < deadline:
         time.sleep(0.01)
-    sp = p._spawned
-    assert sp is not None, p.status
+    assert children, p.status
     p.close()
-    assert sp.proc.poll() is not None, "close() leaves no compiler running"
+    assert all(process_gone(c) for c in children), "close() leaves no compiler running"
     assert p.read() is None
     assert held_prog_ids(os.getpid()) == before
 
 
+def _compilers() -> list[int]:
+    """This process's compiler children (gputop.sources.bpf_child)."""
+    return [
+        c.pid
+        for c in psutil.Process().children()
+        if "gputop.sources.bpf_child" in " ".join(c.cmdline())
+    ]
+
+
 PARENT = """
 import sys, time
-from gputop.sources.bpf_handover import spawn
+from gputop.sources.bcc_loader import spawn
 sp = spawn(sys.argv[1], sys.argv[3:])
 print(sp.proc.pid, flush=True)
 if sys.argv[2] == "in-flight":

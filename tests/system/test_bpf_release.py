@@ -3,19 +3,18 @@ only, and the perf events that remain (CUDA uprobes) go to a child that waits in
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import time
 
 import pytest
 
-from gputop.sources.bpf_syscall import attach_uprobe
-from gputop.sources.cuda_probe import ENTER_PROGRAM, function_offsets
+from gputop.model.readings import Pipeline
 from gputop.sources.libbpf_loader import kernel_btf_problem
 from gputop.sources.sched_probe import BpfSchedProbe
+from tests.bpfutil import held_perf_attachments, perf_attachments
 from tests.fakecuda import build_fake_cuda
+from tests.procutil import kill_all, spawn_python
 
 pytestmark = [
     pytest.mark.root,
@@ -25,36 +24,35 @@ pytestmark = [
     ),
 ]
 
-
-def _perf_attachments() -> list[dict[str, object]]:
-    """Every program attached through a perf event or raw tracepoint (``bpftool perf show``)."""
-    out = subprocess.run(
-        ["bpftool", "perf", "show", "--json"], capture_output=True, text=True, check=True
-    ).stdout
-    return list(json.loads(out or "[]"))
+TRAINER = "import ctypes, sys, time\nctypes.CDLL(sys.argv[1])\ntime.sleep(600)\n"
 
 
 def test_the_libbpf_probe_holds_only_links_and_its_uprobes_are_let_go_by_a_child() -> None:
-    probe = BpfSchedProbe(use_loader="libbpf")
-    probe.open()
-    assert probe.attached, probe.status
-    ho = probe._handover
-    assert ho is not None
-    mine = [a for a in _perf_attachments() if a["pid"] == os.getpid()]
-    assert mine and {a["fd_type"] for a in mine} == {"raw_tracepoint"}, mine
-
     lib = str(build_fake_cuda())
-    offset = function_offsets(lib, ["cuStreamSynchronize"])["cuStreamSynchronize"]
-    ho.attachments["uprobe:test"] = attach_uprobe(ho.programs[ENTER_PROGRAM], lib, offset, False)
-    uprobe = [
-        a for a in _perf_attachments() if a["pid"] == os.getpid() and a["fd_type"] == "uprobe"
-    ]
-    assert len(uprobe) == 1, uprobe
-    prog_id = uprobe[0]["prog_id"]
-
-    probe.close()
-    assert not [a for a in _perf_attachments() if a["pid"] == os.getpid()]
+    trainer = spawn_python(TRAINER.replace("sys.argv[1]", repr(lib)))
+    probe = BpfSchedProbe(use_loader="libbpf")
+    before = {a["fd"] for a in held_perf_attachments(os.getpid())}
+    try:
+        probe.open()
+        assert probe.attached, probe.status
+        mine = [a for a in held_perf_attachments(os.getpid()) if a["fd"] not in before]
+        assert mine and {a["fd_type"] for a in mine} == {"raw_tracepoint"}, mine
+        # A watched trainer that maps libcuda gets the synchronization uprobes.
+        deadline = time.monotonic() + 30
+        while not (probe.cuda and probe.cuda.functions()):
+            assert time.monotonic() < deadline, probe.cuda and probe.cuda.last_error
+            probe.read(Pipeline({}, frozenset({trainer.pid})))
+            time.sleep(0.1)
+        held = [a for a in held_perf_attachments(os.getpid()) if a["fd"] not in before]
+        uprobes = [a for a in held if a["fd_type"] != "raw_tracepoint"]
+        assert uprobes and {a["fd_type"] for a in uprobes} <= {"uprobe", "uretprobe"}, uprobes
+        ids = {a["prog_id"] for a in uprobes}
+    finally:
+        probe.close()
+        kill_all([trainer])
+    left = [a for a in held_perf_attachments(os.getpid()) if a["fd"] not in before]
+    assert not left, "this process let go of everything at once"
     deadline = time.monotonic() + 30
-    while [a for a in _perf_attachments() if a["prog_id"] == prog_id]:
-        assert time.monotonic() < deadline, "the child holding the uprobe never let it go"
+    while left := [a for a in perf_attachments() if a["prog_id"] in ids]:
+        assert time.monotonic() < deadline, f"the child never let go of {left}"
         time.sleep(0.05)

@@ -24,8 +24,16 @@ from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets
 from gputop.sources.nvml import NvmlSource
-from gputop.sources.sched_probe import BpfSchedProbe, Unavailable, preflight
-from tests.bpfutil import held_prog_ids, loaded_prog_ids, wait_gone
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import preflight
+from gputop.sources.sched_probe import BpfSchedProbe
+from tests.bpfutil import (
+    Intervals,
+    held_perf_attachments,
+    held_prog_ids,
+    loaded_prog_ids,
+    wait_gone,
+)
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.procutil import HOG, kill_all, spawn_python
@@ -296,7 +304,11 @@ def test_two_trainers_mapping_one_library_share_one_attachment(
     st = os.stat(cuda_lib)
     mine = [k for k in files if k[1] == st.st_ino]
     assert len(mine) == 1, files
-    uprobes = [k for k in probe._handover.attachments if k.startswith(f"uprobe:{mine[0][0]}:")]  # type: ignore[union-attr]
+    uprobes = [
+        a
+        for a in held_perf_attachments(os.getpid())
+        if a["fd_type"] in ("uprobe", "uretprobe") and str(a["filename"]).endswith(str(cuda_lib))
+    ]
     assert set(files[mine[0]]) == set(function_offsets(str(cuda_lib), SYNC_FUNCTIONS))
     # One entry and one return probe per function: the alias cuMemcpyDtoH is not probed twice.
     distinct = set(function_offsets(str(cuda_lib), SYNC_FUNCTIONS).values())
@@ -334,12 +346,13 @@ def test_a_trainer_in_its_own_mount_namespace_is_probed_through_its_root(
         from gputop.model.readings import Pipeline
 
         pipeline = Pipeline({}, frozenset({p.pid}))
-        probe.read(pipeline)
+        intervals = Intervals(probe)
+        intervals.read(pipeline)
         deadline = time.monotonic() + 15
         measured = None
         while time.monotonic() < deadline:
             time.sleep(1.0)
-            r = probe.read(pipeline)
+            r = intervals.read(pipeline)
             if r is not None and p.pid in r.cuda_tgids and p.pid in r.per_tid:
                 measured = r.per_tid[p.pid].sync_ns / r.dt_ns
                 break

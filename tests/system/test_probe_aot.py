@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from gputop.model import probe_abi
+from gputop.model.probe_abi import MAP_TYPES
 from gputop.sources.bpf_build import OBJECT_NAME, compile_object
 from gputop.sources.bpf_syscall import loaded_program_ids
 from gputop.sources.libbpf_loader import LibbpfError, TracepointAttach, kernel_btf_problem, load
-from gputop.sources.sched_probe import MAP_TYPES, BpfSchedProbe, plan_loader
+from gputop.sources.probe_plan import plan_loader
+from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import BPF, CLANG, needs_clang
 from tests.harness import ROOT
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bcc_find import find_bcc
 from tests.bpfutil import why_no_bcc_probe
 from tests.harness import ROOT
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.sched_probe import Unavailable, preflight
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import preflight
 from tests.bpfutil import (
     held_by_anyone,
     held_link_ids,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bcc_find import find_bcc
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.harness import ROOT
 from tests.torchjob import running_loop

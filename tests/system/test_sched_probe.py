@@ -19,8 +19,9 @@ import pytest
 
 from gputop.model.readings import Pipeline, ProbeReading, TaskSched
 from gputop.sampler import Sampler
+from gputop.sources.probe_maps import SWEEP_EVERY_READS
 from gputop.sources.sched_probe import BpfSchedProbe
-from tests.bpfutil import why_no_bcc_probe
+from tests.bpfutil import Intervals, map_insert_zero, map_keys, map_u32, why_no_bcc_probe
 from tests.procutil import HOG, kernel_counters, kill_all, spawn_python
 
 pytestmark = [
@@ -96,17 +97,18 @@ def _victim_window(probe: BpfSchedProbe) -> tuple[TaskSched, TaskSched, Any, Any
         # probe and the kernel are compared over exactly the same stretch.
         os.kill(victim, signal.SIGSTOP)
         time.sleep(0.05)
-        probe.read()
+        intervals = Intervals(probe)
+        intervals.read()
         k1 = kernel_counters(victim)
         os.kill(victim, signal.SIGCONT)
         reads = []
         for _ in range(3):
             time.sleep(0.5)
-            reads.append(probe.read())
+            reads.append(intervals.read())
         os.kill(victim, signal.SIGSTOP)
         time.sleep(0.05)
         k2 = kernel_counters(victim)
-        reads.append(probe.read())
+        reads.append(intervals.read())
         os.kill(victim, signal.SIGCONT)
     finally:
         kill_all(procs)
@@ -156,14 +158,15 @@ def _sleeper_window(probe: BpfSchedProbe, n: int, s: float) -> tuple[ProbeReadin
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline() == "ready\n"
         time.sleep(0.05)  # let it block on stdin
-        probe.read()
+        intervals = Intervals(probe)
+        intervals.read()
         t_first = time.monotonic_ns()
         child.stdin.write("go\n")
         child.stdin.flush()
         t_go = time.monotonic_ns()
         slept_ns = int(child.stdout.readline())
         t_done = time.monotonic_ns()
-        r = probe.read()
+        r = intervals.read()
         t_read = time.monotonic_ns()
     finally:
         kill_all([child])  # type: ignore[list-item]
@@ -225,7 +228,7 @@ def test_exited_processes_are_cleaned_from_the_maps(probe: BpfSchedProbe):
     try:
         assert child.stdout is not None and child.stdin is not None
         tids = {int(x) for x in child.stdout.readline().split()}
-        threads, groups = probe.map_keys()
+        threads, groups = map_keys(probe)
         assert tids <= threads, "the threads switched out, so they must have entries"
         assert child.pid in groups
         child.stdin.write("\n")
@@ -238,7 +241,7 @@ def test_exited_processes_are_cleaned_from_the_maps(probe: BpfSchedProbe):
     # run a moment after the parent has reaped it. No user-space sweep here.
     deadline = time.monotonic() + 2.0
     while True:
-        threads, groups = probe.map_keys()
+        threads, groups = map_keys(probe)
         if not (gone & threads) and child.pid not in groups:
             break
         assert time.monotonic() < deadline, f"left in maps: {gone & threads}, {groups & gone}"
@@ -248,7 +251,7 @@ def test_exited_processes_are_cleaned_from_the_maps(probe: BpfSchedProbe):
 def test_maps_stay_bounded_and_report_no_errors_under_normal_load(probe: BpfSchedProbe):
     r = probe.read()
     assert r is not None
-    threads, groups = probe.map_keys()
+    threads, groups = map_keys(probe)
     assert len(threads) <= probe.max_threads and len(groups) <= probe.max_tgids
     assert r.map_errors == 0
     assert probe.status.live and probe.status.reason is None
@@ -261,14 +264,15 @@ def test_sweep_frees_entries_of_tasks_that_are_gone(probe: BpfSchedProbe):
         ghost = int(f.read()) - 1
     assert not os.path.exists(f"/proc/{ghost}")
     for name in ("threads", "groups"):
-        table = probe._maps[name]
-        table[table.Key(ghost)] = table.Leaf()
-    threads, groups = probe.map_keys()
+        map_insert_zero(probe, name, ghost)
+    threads, groups = map_keys(probe)
     assert ghost in threads and ghost in groups
-    live = os.getpid()
-    assert probe.sweep([ghost, live], {ghost: ghost}) == 2
-    threads, groups = probe.map_keys()
+    # Reading every row (no pipeline narrows it), the probe sweeps once every SWEEP_EVERY_READS.
+    for _ in range(SWEEP_EVERY_READS):
+        probe.read(Pipeline())
+    threads, groups = map_keys(probe)
     assert ghost not in threads and ghost not in groups
+    assert os.getpid() in groups, "a live process keeps its entry"
 
 
 # 16 threads that keep switching: more than a 4-thread map can hold, even on a quiet machine.
@@ -297,7 +301,7 @@ def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
         r = small.read()
         assert r is not None
         assert r.map_errors > 0
-        threads, groups = small.map_keys()
+        threads, groups = map_keys(small)
         assert len(threads) <= 4 and len(groups) <= 2
         assert small.status.live
         assert "failed map updates" in (small.status.reason or "")
@@ -310,27 +314,19 @@ def test_full_maps_count_failed_updates_and_say_so(probe: BpfSchedProbe):
         kill_all([busy])
 
 
-def _map(probe: BpfSchedProbe, name: str) -> dict[int, int]:
-    return {_key(k): _key(v) for k, v in probe._maps[name].items()}
-
-
-def _key(v: Any) -> int:
-    return v if isinstance(v, int) else int(v.value)
-
-
 def test_the_pipeline_reaches_the_kernel_maps_and_only_changes_are_written(
     probe: BpfSchedProbe,
 ):
     probe.read(Pipeline({901: 900, 902: 900}, frozenset({900, 901})))  # written after the read
-    assert _map(probe, "pipeline") == {901: 900, 902: 900}
-    assert set(_map(probe, "watched")) == {900, 901}
+    assert map_u32(probe, "pipeline") == {901: 900, 902: 900}
+    assert set(map_u32(probe, "watched")) == {900, 901}
     probe.read()  # no pipeline: as before
-    assert _map(probe, "pipeline") == {901: 900, 902: 900}
+    assert map_u32(probe, "pipeline") == {901: 900, 902: 900}
     probe.read(Pipeline({902: 900, 903: 900}, frozenset({900})))
-    assert _map(probe, "pipeline") == {902: 900, 903: 900}
-    assert set(_map(probe, "watched")) == {900}
+    assert map_u32(probe, "pipeline") == {902: 900, 903: 900}
+    assert set(map_u32(probe, "watched")) == {900}
     probe.read(Pipeline())
-    assert _map(probe, "pipeline") == {} and _map(probe, "watched") == {}
+    assert map_u32(probe, "pipeline") == {} and map_u32(probe, "watched") == {}
 
 
 def test_close_during_compile_leaves_nothing_attached(probe: BpfSchedProbe):

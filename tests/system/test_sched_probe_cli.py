@@ -13,13 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gputop.sources.bcc_loader import DISTRO_DIRS, find_bcc
+from gputop.sources.bcc_find import DISTRO_DIRS, find_bcc
 from tests.harness import ROOT, gputop_cmd, gputop_env
 from tests.recordutil import probe_settled, procfs_with_note, record_frames, record_until
 
@@ -92,14 +91,13 @@ def test_without_btf_or_bcc_falls_back_to_procfs_with_both_fixes():
     procfs_with_note(frames, "no BTF", "CONFIG_DEBUG_INFO_BTF", "not installed", "python3-bpfcc")
 
 
-def _record_hiding(
-    *paths: str, until: Callable[[dict[str, Any]], bool] | None = None
-) -> list[dict[str, Any]]:
+def _record_hiding(*paths: str, loader: str | None = None) -> list[dict[str, Any]]:
     """`gputop record` in a private mount namespace where these directories are empty."""
     mounts = " && ".join(["true", *(f"mount -t tmpfs none {p}" for p in paths if os.path.isdir(p))])
     script = f"{mounts} && exec " + " ".join(gputop_cmd("record", "--interval", "0.5"))
+    env = gputop_env(GPUTOP_BPF_LOADER=loader) if loader else None
     return record_until(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script], probe_settled
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script], probe_settled, env=env
     )
 
 
@@ -125,10 +123,21 @@ def test_without_btf_or_kernel_headers_falls_back_to_procfs_with_the_fix():
 @pytest.mark.root
 @needs_root_bcc
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
-def test_without_tracefs_falls_back_to_procfs_with_the_fix():
+def test_without_tracefs_bcc_falls_back_to_procfs_with_the_fix():
+    hide = [d for d in ("/sys/kernel/tracing", "/sys/kernel/debug") if os.path.isdir(d)]
+    frames = _record_hiding(*hide, loader="bcc")
+    procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
+
+
+@pytest.mark.root
+@needs_root
+@needs_btf
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_without_tracefs_the_object_built_ahead_of_time_goes_live():
+    # Raw tracepoints attach by name: libbpf's path needs no tracefs.
     hide = [d for d in ("/sys/kernel/tracing", "/sys/kernel/debug") if os.path.isdir(d)]
     frames = _record_hiding(*hide)
-    procfs_with_note(frames, "tracefs is not mounted", "mount -t tracefs")
+    assert [f for f in frames if f["sources"]["sched"] == "bpf"], [f["sources"] for f in frames]
 
 
 @pytest.mark.root

@@ -21,7 +21,9 @@ import time
 import pytest
 
 from gputop.sampler import HostPass, Sampler
-from gputop.sources.sched_probe import ATTACHED_NOTE, BpfSchedProbe, Unavailable, preflight
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import preflight
+from gputop.sources.sched_probe import ATTACHED_NOTE, BpfSchedProbe
 from tests.procutil import HOG, kill_all, spawn_python
 
 

@@ -16,7 +16,7 @@ import subprocess
 import psutil
 import pytest
 
-from gputop.sources.bcc_loader import find_bcc
+from gputop.sources.bcc_find import find_bcc
 from tests.bpfutil import held_by_anyone, held_prog_ids
 from tests.ptyutil import FIRST_FRAME, PtyGputop, catches_sigterm
 

@@ -17,7 +17,7 @@ from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.procfs import ProcSource
 from gputop.sources.sched_probe import BpfSchedProbe
-from tests.bpfutil import why_no_bcc_probe
+from tests.bpfutil import map_entries, probe_map_ids, why_no_bcc_probe
 from tests.truthloop import running_loop
 
 pytestmark = [
@@ -119,7 +119,7 @@ def test_the_hog_that_preempts_a_trainer_is_its_top_preemptor(
     for f in frames:
         r = _row(f, pid)
         print("trainer runq", r.runq_pct, "preemptors", r.preemptors)
-        slots = [(list(v.tid), list(v.since)) for _, v in probe._maps["cpu_waiters"].items()]
+        slots = map_entries(probe_map_ids(probe)["cpu_waiters"])
         assert r.preemptors, (r, slots)
         top = r.preemptors[0]
         assert (top.pid, top.comm) == (hog, "cpuhog_named"), r.preemptors

@@ -24,7 +24,8 @@ from gputop.doctor import (
     format_report,
 )
 from gputop.sources.nvml import NvmlFacts
-from gputop.sources.sched_probe import LoaderPlan, Unavailable
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import LoaderPlan
 from tests.doctorutil import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN
 
 RELEASE = "6.1.0-99-amd64"

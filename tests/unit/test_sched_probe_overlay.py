@@ -29,7 +29,7 @@ def _two_ticks(tree: FakeProcTree, probe: ProbeReading) -> dict[int, object]:
     p.ticks = os.sysconf("SC_CLK_TCK")  # busy, so it is among the processes shown
     worker.oncpu_ns = 1000 * MS
     tree.write(p)
-    return {s.pid: s for s in src.read(now=11.0, probe=probe).processes}
+    return {s.pid: s for s in src.read_interval(now=11.0, probe=probe).processes}
 
 
 READING = ProbeReading(
@@ -102,7 +102,7 @@ def _trainer_tick(tmp_path, probe: ProbeReading):
         for t in p.threads:
             t.oncpu_ns += 100 * MS
         tree.write(p)
-    return {s.pid: s for s in src.read(now=11.0, probe=probe).processes}
+    return {s.pid: s for s in src.read_interval(now=11.0, probe=probe).processes}
 
 
 SPLIT = ProbeReading(

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gputop.sources.bcc_loader import state_masks
 from gputop.sources.bpf_build import object_inputs_sha256
-from gputop.sources.sched_probe import (
+from gputop.sources.probe_plan import (
     bpf_object_path,
     bpf_source_path,
     has_bpf_capabilities,
     kernel_headers_present,
-    state_masks,
 )
 
 # sched_switch's print format as kernel 6.18 writes it (TASK_REPORT_MAX = 0x100).
