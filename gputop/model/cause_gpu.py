@@ -11,7 +11,7 @@ from gputop.model.causes import Judgement
 from gputop.model.hostside import HostSide
 from gputop.model.thresholds import Thresholds
 from gputop.model.window import GpuAgg, HostAgg
-from gputop.model.wording import NOT_MEASURED, gpu_wait_text, pct, whole
+from gputop.model.wording import BUILDS_OWN, NOT_MEASURED, gpu_wait_text, pct, whole
 
 
 def real_work_low(gpu: GpuAgg, t: Thresholds) -> tuple[bool | None, str]:
@@ -54,7 +54,7 @@ def throttled(gpu: GpuAgg, gpu_line: str, secs: str) -> Judgement:
             " if within spec, or accept the lower clocks"
         )
     fixes.append("see every reason with `nvidia-smi -q -d PERFORMANCE`")
-    return Judgement("throttled", tuple(ev), tuple(fixes))
+    return Judgement("throttled", tuple(ev), tuple(fixes), "clocks")
 
 
 def gpu_side(gpu_line: str, real_line: str, hs: HostSide, host: HostAgg, secs: str) -> Judgement:
@@ -69,6 +69,7 @@ def gpu_side(gpu_line: str, real_line: str, hs: HostSide, host: HostAgg, secs: s
             " fused kernels (torch.compile)",
             "multi-GPU jobs: check the links (NCCL_DEBUG=INFO, `nvidia-smi topo -m`)",
         ),
+        "gpu_side",
     )
 
 
@@ -79,22 +80,29 @@ def _no_host_cause_line(hs: HostSide, host: HostAgg, secs: str) -> str:
             "the GPU's processes are not visible here (containers?): the host side cannot"
             " be judged, so none is blamed"
         )
-    if hs.measured and p.gpu_measured:
-        return (
-            f"the host is not what holds the GPU back: trainer pid {p.pid} {gpu_wait_text(p)}"
-            f" of the last {secs} s, and waited for batches {pct(p.data_wait_pct)} and for a"
-            f" CPU {pct(p.cpu_wait_pct)} (measured); CPUs {whole(host.cpu_pct)}% busy"
-        )
     if hs.measured:
+        gpu = f" {gpu_wait_text(p)} of the last {secs} s, and" if p.gpu_measured else ""
+        span = "" if p.gpu_measured else f" of the last {secs} s"
+        if hs.builds_own:
+            waited = (
+                f" {BUILDS_OWN}: on a CPU {pct(p.work_pct)}{span}, waited for a CPU"
+                f" {pct(p.cpu_wait_pct)}"
+            )
+        else:
+            waited = (
+                f" waited for batches {pct(p.data_wait_pct)} and for a CPU"
+                f" {pct(p.cpu_wait_pct)}{span}"
+            )
         return (
-            f"the host is not what holds the GPU back: trainer pid {p.pid} waited for batches"
-            f" {pct(p.data_wait_pct)} and for a CPU {pct(p.cpu_wait_pct)} of the last {secs} s"
+            f"the host is not what holds the GPU back: trainer pid {p.pid}{gpu}{waited}"
             f" (measured); CPUs {whole(host.cpu_pct)}% busy"
         )
     wk = hs.workers
     workers = "" if wk is None else f", its workers {pct(wk.runq_pct)}"
+    # Without workers it makes its batches on a CPU: asleep, it waits on its GPU or storage.
+    on = "its storage" if hs.builds_own else "its batches"
     return (
         f"no host-side cause seen: trainer pid {p.pid} waits for a CPU {pct(p.runq_pct)}"
-        f"{workers}; asleep {pct(p.blocked_pct)} (on its GPU or its batches: {NOT_MEASURED});"
+        f"{workers}; asleep {pct(p.blocked_pct)} (on its GPU or {on}: {NOT_MEASURED});"
         f" CPUs {whole(host.cpu_pct)}% busy"
     )

@@ -11,19 +11,27 @@ from gputop.model.cause_cpu import host_facts
 from gputop.model.causes import Judgement
 from gputop.model.fixes import free_cpus
 from gputop.model.hostside import HostSide
+from gputop.model.job import Job
 from gputop.model.thresholds import Thresholds
-from gputop.model.window import HostAgg, Job, ProcAgg
-from gputop.model.wording import gpu_wait_text, host_line, pct, whole
+from gputop.model.window import HostAgg, ProcAgg
+from gputop.model.wording import BUILDS_OWN, gpu_wait_text, host_line, pct, whole
 
 
-def waits_for_input(job: Job, host: HostAgg, hs: HostSide, lead: tuple[str, ...]) -> Judgement:
+def waits_for_input(
+    job: Job, host: HostAgg, hs: HostSide, lead: tuple[str, ...], t: Thresholds
+) -> Judgement:
     """The trainer waits for its batches (measured, or inferred beside busy workers)."""
-    return Judgement("input_bound", (*lead, *hs.lines, host_line(host)), input_fixes(job, host, hs))
+    return Judgement(
+        "input_bound",
+        (*lead, *hs.lines, host_line(host)),
+        input_fixes(job, host, hs, t),
+        "input_compute",
+    )
 
 
-def input_fixes(job: Job, host: HostAgg, hs: HostSide) -> tuple[str, ...]:
+def input_fixes(job: Job, host: HostAgg, hs: HostSide, t: Thresholds) -> tuple[str, ...]:
     """Fixes for a trainer that waits for its batches without CPU starvation."""
-    facts = host_facts(job, host)
+    facts = host_facts(job, host, t)
     free = free_cpus(facts)
     wk = hs.workers
     fixes: list[str] = []
@@ -65,24 +73,25 @@ def self_loading(job: Job, t: Thresholds) -> ProcAgg | None:
     return max(loading, key=lambda p: p.work_pct or 0.0, default=None)
 
 
-def loads_its_own_batches(
-    p: ProcAgg, job: Job, host: HostAgg, gpu_line: str, secs: str
+def builds_its_own_batches(
+    p: ProcAgg, job: Job, host: HostAgg, gpu_line: str, secs: str, t: Thresholds
 ) -> Judgement:
     """A trainer without workers builds its batches itself (measured outside CUDA sync)."""
-    free = free_cpus(host_facts(job, host))
+    free = free_cpus(host_facts(job, host, t))
     return Judgement(
         "input_bound",
         (
             gpu_line,
-            f"trainer pid {p.pid} loads its own batches (no DataLoader workers): on a CPU"
-            f" {pct(p.work_pct)} of the last {secs} s outside CUDA synchronization, and"
-            f" {gpu_wait_text(p)}",
+            f"trainer pid {p.pid} {BUILDS_OWN}: on a CPU {pct(p.work_pct)} of the last"
+            f" {secs} s outside CUDA synchronization, waited for a CPU {pct(p.cpu_wait_pct)},"
+            f" and {gpu_wait_text(p)}",
         ),
         (
             f"use DataLoader(num_workers=N) with N up to the {free} free CPU(s) of this host,"
             " so batches are made while the GPU computes",
             "DataLoader(..., persistent_workers=True, pin_memory=True)",
         ),
+        "input_compute",
     )
 
 
@@ -98,16 +107,17 @@ def busy_without_workers(job: Job, host: HostAgg, t: Thresholds, gpu_line: str) 
     if not loading:
         return None
     p = loading[0]
-    free = free_cpus(host_facts(job, host))
+    free = free_cpus(host_facts(job, host, t))
     return Judgement(
         "input_bound",
         (
             gpu_line,
-            f"trainer pid {p.pid} is on a CPU {whole(p.cpu_pct)}% with no DataLoader"
-            " workers: it loads data itself between GPU steps",
+            f"trainer pid {p.pid} {BUILDS_OWN}: on a CPU {whole(p.cpu_pct)}% (all its"
+            " threads; a spinning wait for the GPU cannot be told apart: inferred)",
         ),
         (
             f"use DataLoader(num_workers=N) with N up to the {free} free CPU(s)",
             "DataLoader(..., persistent_workers=True, pin_memory=True)",
         ),
+        "input_compute",
     )

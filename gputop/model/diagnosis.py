@@ -17,18 +17,11 @@ from dataclasses import dataclass, field
 
 from gputop.model import cause_cpu, cause_gpu, cause_input
 from gputop.model.causes import Judgement
-from gputop.model.frame import Frame, Verdict, VerdictState
+from gputop.model.frame import Cause, Frame, Verdict, VerdictState
 from gputop.model.hostside import host_side
+from gputop.model.job import Job, job_of
 from gputop.model.thresholds import Thresholds, biased
-from gputop.model.window import (
-    GpuAgg,
-    HostAgg,
-    Job,
-    aggregate_gpu,
-    aggregate_host,
-    aggregate_processes,
-    job_of,
-)
+from gputop.model.window import GpuAgg, HostAgg, aggregate_gpu, aggregate_host, aggregate_processes
 from gputop.model.wording import gpu_line, whole
 
 __all__ = ["PROBLEM_STATES", "Diagnoser", "Thresholds", "classify"]
@@ -63,14 +56,14 @@ def classify(
     if gpu.util >= b.util_busy_pct:
         real_low, real_line = cause_gpu.real_work_low(gpu, b)
         if real_low is True and hs.starved:
-            return cause_cpu.starved("busy_but_starving", job, host, hs, (line,))
+            return cause_cpu.starved("busy_but_starving", job, host, hs, (line,), b, secs)
         if gpu.throttle_share_pct >= b.throttle_share_pct:
             return cause_gpu.throttled(gpu, line, secs)
         if real_low is True and hs.input:
-            return cause_input.waits_for_input(job, host, hs, (line,))
+            return cause_input.waits_for_input(job, host, hs, (line,), b)
         loader = cause_input.self_loading(job, b)
         if real_low is True and loader is not None:
-            return cause_input.loads_its_own_batches(loader, job, host, line, secs)
+            return cause_input.builds_its_own_batches(loader, job, host, line, secs, b)
         if real_low is True:
             return cause_gpu.gpu_side(line, real_line, hs, host, secs)
         if real_low is None:
@@ -83,12 +76,12 @@ def classify(
 
     if hs.starved:
         lead = (line, "the host cannot feed the GPU: its job is starved of CPU")
-        return cause_cpu.starved("input_bound", job, host, hs, lead)
+        return cause_cpu.starved("input_bound", job, host, hs, lead, b, secs)
     if hs.input:
-        return cause_input.waits_for_input(job, host, hs, (line,))
+        return cause_input.waits_for_input(job, host, hs, (line,), b)
     loader = cause_input.self_loading(job, b)
     if loader is not None:
-        return cause_input.loads_its_own_batches(loader, job, host, line, secs)
+        return cause_input.builds_its_own_batches(loader, job, host, line, secs, b)
     loading = cause_input.busy_without_workers(job, host, t, line)
     if loading is not None:
         return loading
@@ -104,12 +97,33 @@ def classify(
 
 @dataclass(slots=True)
 class _GpuState:
+    """One GPU's confirmed state, the judgement shown last, and a change waiting to win."""
+
     state: VerdictState = "unknown"
-    pending: VerdictState | None = None
+    pending: tuple[VerdictState, Cause | None] | None = None
     pending_count: int = 0
     last: Judgement = field(
         default_factory=lambda: Judgement("unknown", ("collecting samples",), ())
     )
+
+    def confirm(self, judged: Judgement, ticks: int, at_once: bool) -> Judgement:
+        """The judgement to show: a new state, or a new cause in the same state, shows once it
+        has won ``ticks`` ticks in a row (``at_once``: right away); until then the last one.
+        """
+        if judged.state == self.state and judged.cause == self.last.cause:
+            self.pending, self.pending_count = None, 0
+            self.last = judged
+            return judged
+        # A new state counts its ticks whatever its cause; a new cause in the same state its own.
+        key = (judged.state, judged.cause if judged.state == self.state else None)
+        if key == self.pending:
+            self.pending_count += 1
+        else:
+            self.pending, self.pending_count = key, 1
+        if self.pending_count >= ticks or at_once:
+            self.state, self.pending, self.pending_count = judged.state, None, 0
+            self.last = judged
+        return self.last
 
 
 class Diagnoser:
@@ -139,20 +153,7 @@ class Diagnoser:
             st = self._gpus.setdefault(g.index, _GpuState())
             agg = aggregate_gpu(frames, g.index)
             judged = classify(agg, host, job_of(g.index, procs), t, st.state)
-            shown = judged
-            if judged.state != st.state:
-                if judged.state == st.pending:
-                    st.pending_count += 1
-                else:
-                    st.pending, st.pending_count = judged.state, 1
-                if st.pending_count >= t.confirm_ticks or g.state == "lost":
-                    st.state, st.pending, st.pending_count = judged.state, None, 0
-                else:
-                    # Not confirmed yet: keep showing the current state and its evidence.
-                    shown = st.last
-            else:
-                st.pending, st.pending_count = None, 0
-            st.last = shown
+            shown = st.confirm(judged, t.confirm_ticks, at_once=g.state == "lost")
             eff = None
             if agg.sm_active is not None and agg.util:
                 eff = round(min(1.0, agg.sm_active / agg.util), 3)
@@ -163,6 +164,7 @@ class Diagnoser:
                     evidence=shown.evidence,
                     fixes=shown.fixes,
                     efficiency=eff,
+                    cause=shown.cause,
                 )
             )
         for gone in set(self._gpus) - {g.index for g in frame.gpus}:

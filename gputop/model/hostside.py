@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gputop.model.frame import Preemptor
+from gputop.model.job import Job, WorkersSummary, job_preemptors, workers_summary
 from gputop.model.thresholds import Thresholds
-from gputop.model.window import HostAgg, Job, ProcAgg, WorkersSummary, workers_summary
+from gputop.model.window import HostAgg, ProcAgg
 from gputop.model.wording import preemptor_text, trainer_line, workers_line
 
 
@@ -24,6 +26,7 @@ class HostSide:
     (mostly for batches) without CPU starvation. ``clear``: it measurably does
     not wait on its host (or, under /proc alone, no host cause is visible).
     ``lines``: the trainer's and its workers' evidence, for the cause that holds.
+    ``builds_own``: the job has no DataLoader workers (its trainer makes its batches).
     """
 
     starved: bool
@@ -32,6 +35,7 @@ class HostSide:
     trainer: ProcAgg | None
     workers: WorkersSummary | None
     lines: tuple[str, ...]
+    builds_own: bool = False
 
 
 def cpus_saturated(host: HostAgg, t: Thresholds) -> bool:
@@ -44,12 +48,27 @@ def job_pids(job: Job) -> set[int]:
     return {p.pid for p in job.trainers} | {w.pid for w in job.workers}
 
 
+def gputop_pids(job: Job) -> set[int]:
+    """gputop's own processes among the others: quoted at most, never a culprit."""
+    return {p.pid for p in job.others if p.gputop}
+
+
+def measured_culprits(job: Job, floor: float) -> tuple[Preemptor, ...] | None:
+    """Processes outside the job that took at least ``floor`` % of its run-queue time, worst
+    first; never gputop. None where who took it was not measured (no eBPF)."""
+    shares = job_preemptors(job)
+    if shares is None:
+        return None
+    quiet = job_pids(job) | gputop_pids(job)
+    return tuple(p for p in shares if p.pid not in quiet and p.share_pct >= floor)
+
+
 def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
     """Judge the job's host side: starved of CPU, waiting for input, or clear."""
     trainers = [p for p in job.trainers if p.offcpu_pct is not None]
     wk = workers_summary(job.workers)
     if not trainers:
-        return HostSide(False, False, False, None, wk, ())
+        return HostSide(False, False, False, None, wk, (), not job.dataloaders)
     measured = any(p.measured for p in trainers)
     if measured:
         # The trainer that waits on its host the most speaks for the job.
@@ -80,12 +99,13 @@ def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
             and (tr.blocked_pct or 0.0) >= t.trainer_wait_pct
             and (wk.cpu_pct >= t.worker_busy_pct or workers_starved)
         )
-    mine = job_pids(job)
-    lines = [trainer_line(tr, secs)]
+    # Only the job's culprits are named, with their share of each process's wait.
+    culprits = {p.pid for p in measured_culprits(job, t.culprit_share_pct) or ()}
+    lines = [trainer_line(tr, secs, builds_own=not job.dataloaders)]
     if wk is not None:
-        lines.append(workers_line(wk, mine))
+        lines.append(workers_line(wk, culprits))
     if tr.preemptors:
-        behind = preemptor_text(tr.preemptors, mine)
+        behind = preemptor_text(tr.preemptors, culprits)
         if behind:
             lines.append(f"the trainer's wait for a CPU: {behind}")
-    return HostSide(starved, inp, measured, tr, wk, tuple(lines))
+    return HostSide(starved, inp, measured, tr, wk, tuple(lines), not job.dataloaders)

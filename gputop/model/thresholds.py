@@ -52,6 +52,12 @@ class Thresholds:
     self_load_pct: float = 30.0
     """A trainer without workers on a CPU this much outside CUDA synchronization (measured)
     loads its batches itself, busy GPU or not."""
+    culprit_share_pct: float = 5.0
+    """A process that took less of the job's run-queue time (measured) is never named nor
+    put into a fix."""
+    limit_used_pct: float = 90.0
+    """The job using this much of its cgroup CPU limit runs into it: a starved job's cause is
+    its limit (``cpu_limit``), and raising it is the first fix."""
     cpu_saturated_pct: float = 90.0
     """Host CPU use at or above this is called saturated in the evidence."""
     throttle_share_pct: float = 50.0
@@ -121,6 +127,8 @@ _PCT_FIELDS = frozenset(
         "worker_busy_pct",
         "cpu_saturated_pct",
         "throttle_share_pct",
+        "culprit_share_pct",
+        "limit_used_pct",
     }
 )
 

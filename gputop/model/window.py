@@ -2,13 +2,14 @@
 
 The diagnosis reads these, never single frames. A process is averaged over the
 ticks it was seen in (its first sighting, which has no rates yet, left out);
-``job_of`` groups the processes that work for one GPU (its trainers and their
-DataLoader workers) apart from everyone else.
+``job.py`` groups them by the GPU they work for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gputop.model.frame import Frame, GpuSample, HostSample, Preemptor, ProcessSample, Role
@@ -24,6 +25,42 @@ def mean(values: Iterable[float | None]) -> float | None:
     """The mean of the known values (None: none known)."""
     vals = [v for v in values if v is not None]
     return sum(vals) / len(vals) if vals else None
+
+
+# gputop's own processes, by module: the command and the probe's compile child. The demo's
+# workload (gputop.demo.workload) is the job a demo shows, not gputop's overhead.
+_GPUTOP_MODULES = frozenset({"gputop", "gputop.__main__", "gputop.sources.bpf_child"})
+
+
+@functools.lru_cache(maxsize=4096)
+def is_gputop(comm: str, cmdline: str) -> bool:
+    """Whether a process is gputop itself (never a culprit to act on).
+
+    Told by its command line, so a recorded frame read back later says the same:
+    the ``gputop`` console script, or an interpreter running ``-m gputop`` (or the
+    probe's child module) or the script.
+    """
+    argv = cmdline.split()
+    if comm == "gputop" or (argv and os.path.basename(argv[0]) == "gputop"):
+        return True
+    if not argv or not os.path.basename(argv[0]).startswith("python"):
+        return False
+    rest = argv[1:]
+    for i, arg in enumerate(rest):
+        if arg == "-m":
+            return i + 1 < len(rest) and rest[i + 1] in _GPUTOP_MODULES
+        if arg == "-c":
+            return False
+        if not arg.startswith("-"):
+            return os.path.basename(arg) == "gputop"
+    return False
+
+
+def runq_weight(runq_pct: float | None, runq_threads_pct: float | None) -> float:
+    """The run-queue time a process's preemptor shares are a share of (all its threads)."""
+    if runq_threads_pct is not None:
+        return runq_threads_pct
+    return runq_pct or 0.0
 
 
 def merge_preemptors(
@@ -78,6 +115,10 @@ class ProcAgg:
     gpu_sync_pct: float | None = None
     gpu_sync_spin_pct: float | None = None
     gpu_sync_runq_pct: float | None = None
+    runq_threads_pct: float | None = None
+    """All its threads waiting for a CPU, % of the interval (the base of its preemptors' shares)."""
+    gputop: bool = False
+    """It is gputop itself."""
 
     @property
     def measured(self) -> bool:
@@ -244,82 +285,16 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             wait_thread_pct=mean(p.wait_thread_pct for p in ps),
             wait_irq_pct=mean(p.wait_irq_pct for p in ps),
             wait_other_pct=mean(p.wait_other_pct for p in ps),
-            preemptors=merge_preemptors((p.runq_pct or 0.0, p.preemptors) for p in ps),
+            preemptors=merge_preemptors(
+                (runq_weight(p.runq_pct, p.runq_threads_pct), p.preemptors) for p in ps
+            ),
             cpus_allowed=last.cpus_allowed,
             cpu_quota=last.cpu_quota,
             runq_after_input_pct=mean(p.runq_after_input_pct for p in ps),
             gpu_sync_pct=mean(p.gpu_sync_pct for p in ps),
             gpu_sync_spin_pct=mean(p.gpu_sync_spin_pct for p in ps),
             gpu_sync_runq_pct=mean(p.gpu_sync_runq_pct for p in ps),
+            runq_threads_pct=mean(p.runq_threads_pct for p in ps),
+            gputop=is_gputop(last.comm, last.cmdline),
         )
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """The processes working for one GPU: trainers (GPU holders) and their helpers."""
-
-    trainers: tuple[ProcAgg, ...]
-    workers: tuple[ProcAgg, ...]
-    others: tuple[ProcAgg, ...]
-    """Processes outside the job, busiest first (candidates to renice)."""
-
-    @property
-    def dataloaders(self) -> tuple[ProcAgg, ...]:
-        """The DataLoader worker processes (pin-memory threads excluded)."""
-        return tuple(w for w in self.workers if w.role == "dataloader")
-
-
-def job_of(index: int, procs: Mapping[int, ProcAgg]) -> Job:
-    """The trainers on GPU ``index``, their DataLoader workers, and everyone else."""
-    trainers = tuple(sorted((p for p in procs.values() if index in p.gpus), key=lambda p: p.pid))
-    tpids = {p.pid for p in trainers}
-    workers = tuple(
-        sorted(
-            (
-                p
-                for p in procs.values()
-                if p.role in ("dataloader", "pin_memory")
-                and p.trainer_pid in tpids
-                and p.pid not in tpids
-            ),
-            key=lambda p: p.pid,
-        )
-    )
-    mine = tpids | {p.pid for p in workers}
-    others = tuple(
-        sorted(
-            (p for p in procs.values() if p.pid not in mine and p.role == "other"),
-            key=lambda p: -p.cpu_pct,
-        )
-    )
-    return Job(trainers, workers, others)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkersSummary:
-    """A trainer's DataLoader workers over the window, taken together."""
-
-    count: int
-    runq_pct: float | None
-    """Mean share of the time a worker waited for a CPU."""
-    preempt_per_s: float
-    """Preemptions per second, all workers summed."""
-    cpu_pct: float
-    """Mean CPU use of one worker, % of one CPU."""
-    preemptors: tuple[Preemptor, ...] | None
-    """Who took the CPU from them, weighted by each worker's run-queue time; None: not measured."""
-
-
-def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
-    """The DataLoader worker processes among ``workers`` summed up; None when there are none."""
-    procs = [w for w in workers if w.role == "dataloader"]
-    if not procs:
-        return None
-    return WorkersSummary(
-        count=len(procs),
-        runq_pct=mean(w.runq_pct for w in procs),
-        preempt_per_s=sum(w.preempt_per_s for w in procs),
-        cpu_pct=sum(w.cpu_pct for w in procs) / len(procs),
-        preemptors=merge_preemptors((w.runq_pct or 0.0, w.preemptors) for w in procs),
-    )

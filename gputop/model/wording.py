@@ -6,8 +6,12 @@ the sentence says what is inferred and why (``NOT_MEASURED``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from gputop.model.fixes import Culprit
 from gputop.model.frame import Preemptor
-from gputop.model.window import GpuAgg, HostAgg, ProcAgg, WorkersSummary
+from gputop.model.job import WorkersSummary
+from gputop.model.window import GpuAgg, HostAgg, ProcAgg
 
 NOT_MEASURED = "inferred, not measured: the wait split needs the eBPF probe (gputop doctor)"
 
@@ -25,8 +29,14 @@ def gpu_wait_text(p: ProcAgg) -> str:
     return f"waited for the GPU {pct(p.gpu_sync_pct)} (inside CUDA synchronization{how}; measured)"
 
 
-def trainer_line(p: ProcAgg, secs: str) -> str:
-    """Where the trainer's main thread spent the window: measured split, or /proc's."""
+def trainer_line(p: ProcAgg, secs: str, builds_own: bool = False) -> str:
+    """Where the trainer's main thread spent the window: measured split, or /proc's.
+
+    ``builds_own``: it has no DataLoader workers. It then waits for no batches (it
+    makes them), so the line says so with its time on a CPU instead of a 0% wait.
+    """
+    if builds_own:
+        return _builder_line(p, secs)
     if p.measured and p.gpu_measured:
         parts = [
             f"trainer pid {p.pid} {gpu_wait_text(p)} of the last {secs} s",
@@ -40,13 +50,10 @@ def trainer_line(p: ProcAgg, secs: str) -> str:
         parts = [
             f"trainer pid {p.pid} waited for batches {pct(p.data_wait_pct)} of the last {secs} s"
             f" and for a CPU {pct(p.cpu_wait_pct)}",
-            f"on a CPU {pct(None if p.offcpu_pct is None else 100.0 - p.offcpu_pct)}",
+            f"on a CPU {pct(_oncpu(p))}",
             f"woken by interrupts (GPU, timers) {pct(p.wait_irq_pct)}",
+            *_other_wakers(p),
         ]
-        if p.wait_thread_pct:
-            parts.append(f"by its own threads {pct(p.wait_thread_pct)}")
-        if p.wait_other_pct:
-            parts.append(f"by other processes {pct(p.wait_other_pct)}")
         return ", ".join(parts)
     return (
         f"trainer pid {p.pid} off-CPU {pct(p.offcpu_pct)} of the last {secs} s:"
@@ -55,11 +62,56 @@ def trainer_line(p: ProcAgg, secs: str) -> str:
     )
 
 
-def preemptor_text(ps: tuple[Preemptor, ...] | None, exclude: set[int]) -> str:
-    """``71% of it behind pid 900 stress and 20% behind pid 901 stress`` (measured), or ""."""
+BUILDS_OWN = "builds its own batches (no DataLoader workers)"
+
+
+def _builder_line(p: ProcAgg, secs: str) -> str:
+    """A trainer with no workers: the share of its time on a CPU, where its batches are made."""
+    head = f"trainer pid {p.pid} {BUILDS_OWN}: on a CPU"
+    if p.measured and p.gpu_measured:
+        return (
+            f"{head} {pct(p.work_pct)} of the last {secs} s outside CUDA synchronization"
+            f" (its batches and its other work), waited for a CPU {pct(p.cpu_wait_pct)},"
+            f" {gpu_wait_text(p)}"
+        )
+    if p.measured:
+        parts = [
+            f"{head} {pct(_oncpu(p))} of the last {secs} s (its batches and its other work;"
+            " a spinning wait for the GPU would count here too), waited for a CPU"
+            f" {pct(p.cpu_wait_pct)}",
+            f"woken by interrupts (GPU, timers) {pct(p.wait_irq_pct)}",
+            *_other_wakers(p),
+        ]
+        return ", ".join(parts)
+    return (
+        f"{head} {pct(_oncpu(p))} of the last {secs} s, waiting for a CPU {pct(p.runq_pct)},"
+        f" asleep {pct(p.blocked_pct)} (on its GPU or its storage: {NOT_MEASURED})"
+    )
+
+
+def _oncpu(p: ProcAgg) -> float | None:
+    return None if p.offcpu_pct is None else 100.0 - p.offcpu_pct
+
+
+def _other_wakers(p: ProcAgg) -> list[str]:
+    parts = []
+    if p.wait_thread_pct:
+        parts.append(f"by its own threads {pct(p.wait_thread_pct)}")
+    if p.wait_other_pct:
+        parts.append(f"by other processes {pct(p.wait_other_pct)}")
+    return parts
+
+
+def preemptor_text(ps: tuple[Preemptor, ...] | None, culprits: set[int]) -> str:
+    """``71% of it behind pid 900 stress and 20% behind pid 901 stress`` (measured), or "".
+
+    Only the job's culprits are named (outside the job, not gputop, at least
+    ``culprit_share_pct`` of the whole job's run-queue time), with their share of
+    this process's wait.
+    """
     if not ps:
         return ""
-    named = [p for p in ps if p.pid not in exclude][:2]
+    named = [p for p in ps if p.pid in culprits][:2]
     if not named:
         return ""
     parts = [f"{p.share_pct:.0f}% behind pid {p.pid} {p.comm}" for p in named]
@@ -67,13 +119,13 @@ def preemptor_text(ps: tuple[Preemptor, ...] | None, exclude: set[int]) -> str:
     return " and ".join(parts)
 
 
-def workers_line(wk: WorkersSummary, mine: set[int]) -> str:
+def workers_line(wk: WorkersSummary, culprits: set[int]) -> str:
     """The DataLoader workers' CPU wait (and who took it), preemption rate and CPU use."""
     each = wk.preempt_per_s / wk.count
     line = f"its {wk.count} DataLoader worker{'s' if wk.count != 1 else ''}"
     if wk.runq_pct is not None:
         line += f" waited for a CPU {pct(wk.runq_pct)} of the time"
-        behind = preemptor_text(wk.preemptors, mine)
+        behind = preemptor_text(wk.preemptors, culprits)
         if behind:
             line += f" ({behind})"
         line += ","
@@ -111,7 +163,7 @@ def host_line(host: HostAgg) -> str:
     return line
 
 
-def others_line(others: tuple[ProcAgg, ...]) -> str:
+def others_line(others: Sequence[Culprit]) -> str:
     """/proc alone: the busiest processes outside the job (who preempted it is unknown)."""
     top = ", ".join(f"pid {p.pid} {p.comm} {whole(p.cpu_pct)}%" for p in others[:3])
     return f"busiest other processes (CPU use; who preempted the job is not measured): {top}"

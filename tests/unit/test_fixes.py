@@ -104,7 +104,7 @@ def test_two_busy_cpus_say_no_pinning_exists_and_lead_with_renicing_the_measured
     fixes = starving_fixes(facts(2))
     assert fixes[0] == (
         "renice the processes that took the job's CPU time (pid 900 stress (71%), pid 901 stress"
-        " (20%)): renice -n 19 -p 900 901"
+        " (20%) of the time it waited for a CPU): renice -n 19 -p 900 901"
     )
     assert fixes[1].startswith("move the other work off this node")
     assert (
