@@ -270,10 +270,15 @@ class VerdictPanel(Widget):
         cause = cause_text(top)
         if cause:
             title.append((f"  {cause}", ""))
-        if v.efficiency is not None:
-            title.append((f"  efficiency {v.efficiency:.2f}", ""))
-        if self._run_s > 0:
-            title.append((f"  for {_dur(self._run_s)}", ""))
+        run = (f"  for {_dur(self._run_s)}", "") if self._run_s > 0 else None
+        eff = None if v.efficiency is None else (f"  efficiency {v.efficiency:.2f}", "")
+        if eff is not None and self._strip:
+            # The strip says when the trouble began; the efficiency is in the GPU's evidence
+            # line too, so it gives way where both do not fit (80 columns).
+            used = sum(len(t) for t, _ in (*title, eff, *([run] if run else [])))
+            if width - used - 2 < STRIP_MIN_W:
+                eff = None
+        title += [part for part in (eff, run) if part is not None]
         key = (self._verdicts, width)
         if key != self._body_key:
             self._body_key, self._body = key, self._body_lines(ordered, top, width)
