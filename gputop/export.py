@@ -24,7 +24,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.registry import Collector
 
 from gputop.errors import UsageError
-from gputop.model.frame import VERDICT_STATES, Frame, ProcessSample
+from gputop.model.frame import CAUSES, VERDICT_STATES, Frame, ProcessSample
 from gputop.runtime import Options, build_sampler
 
 MIB = 1024 * 1024
@@ -273,6 +273,12 @@ class FrameCollector(Collector):
             "Diagnosis per GPU: 1 for the current state, 0 for the others",
             [*GPU_LABELS, "state"],
         )
+        cause = self._gauge(
+            "gputop_verdict_cause",
+            "What holds the GPU back: 1 for the current verdict's cause, 0 for the others"
+            " (all 0 where nothing does)",
+            [*GPU_LABELS, "cause"],
+        )
         for v in frame.verdicts:
             g = gpu_of.get(v.gpu)
             labels = [
@@ -283,7 +289,12 @@ class FrameCollector(Collector):
             ]
             for s in VERDICT_STATES:
                 state.add_metric([*labels, s], 1.0 if s == v.state else 0.0)
+            # A series of its own, so a cause changing inside one state (a job's limit, then
+            # other processes) leaves gputop_verdict's series, and alerts held on it, alone.
+            for c in CAUSES:
+                cause.add_metric([*labels, c], 1.0 if c == v.cause else 0.0)
         yield state
+        yield cause
 
 
 def _registry(collector: FrameCollector) -> CollectorRegistry:

@@ -122,7 +122,7 @@ def small_frames() -> list[Frame]:
             host=HostSample(cpu_pct=50.0, ncpu=4, load1=1.0, psi_cpu_some=3.0),
             gpus=(gpu,),
             processes=(proc,),
-            verdicts=(Verdict(0, "busy_but_starving", ("evidence",), ("fix",)),),
+            verdicts=(Verdict(0, "busy_but_starving", ("evidence",), ("fix",), cause="cpu_limit"),),
         )
         for i in range(3)
     ]

@@ -1,7 +1,17 @@
 """How each container runtime names the cgroup of one container (docker, containerd and
-CRI-O under the kubelet, the systemd and cgroupfs drivers), with the ids in those names."""
+CRI-O under the kubelet, the systemd and cgroupfs drivers), with the ids in those names;
+and a real cgroup with a CPU limit (as root) for jobs that must run into one."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 CID = "4f1c" + "0123456789abcdef" * 3 + "0a1b2c3d4e5f"
 POD_UID = "8d1b6f2e-3c4a-4b5d-9e6f-0a1b2c3d4e5f"
@@ -25,3 +35,70 @@ LAYOUTS = {
     ),
     "kubelet-cgroupfs": (f"kubepods/besteffort/pod{POD_UID}/{CID}", None, POD_UID),
 }
+
+
+class CpuLimitedCgroup:
+    """A cgroup whose CPU time the kernel caps (CFS bandwidth), with its own accounting."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def add(self, pid: int) -> None:
+        """Move a process, all its threads, into the cgroup."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> list[int]:
+        """The processes in it now."""
+        return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+
+    def throttling(self) -> tuple[int, int]:
+        """The kernel's count of (enforcement periods, periods it throttled the cgroup in)."""
+        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
+        return int(stat["nr_periods"]), int(stat["nr_throttled"])
+
+
+def cpu_hierarchy() -> tuple[Path, bool] | None:
+    """Where the cpu controller is (a v1 mount, or v2 where it lists cpu), and whether v2;
+    None where there is none this process may write (not root)."""
+    from gputop.sources.cpulimits import _cgroup_mounts
+
+    v2, v1 = _cgroup_mounts("/proc")
+    if v1 is not None:
+        base, is_v2 = Path(v1), False
+    elif v2 is not None and "cpu" in (Path(v2) / "cgroup.controllers").read_text().split():
+        base, is_v2 = Path(v2), True
+    else:
+        return None
+    return (base, is_v2) if os.access(base, os.W_OK) else None
+
+
+@contextmanager
+def cpu_limited_cgroup(quota_cpus: float, period_us: int = 100_000) -> Iterator[CpuLimitedCgroup]:
+    """A new cgroup capped at ``quota_cpus`` CPUs (v1 ``cpu.cfs_quota_us``, v2 ``cpu.max``).
+
+    What is still in it at the end is killed first, so the cgroup can be removed.
+    """
+    found = cpu_hierarchy()
+    if found is None:
+        raise RuntimeError("no writable cgroup cpu hierarchy")
+    base, v2 = found
+    path = base / f"gputop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    quota_us = round(quota_cpus * period_us)
+    if v2:
+        (base / "cgroup.subtree_control").write_text("+cpu")
+        (path / "cpu.max").write_text(f"{quota_us} {period_us}")
+    else:
+        (path / "cpu.cfs_period_us").write_text(str(period_us))
+        (path / "cpu.cfs_quota_us").write_text(str(quota_us))
+    cg = CpuLimitedCgroup(path)
+    try:
+        yield cg
+    finally:
+        deadline = time.monotonic() + 20
+        while cg.pids() and time.monotonic() < deadline:
+            for pid in cg.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        path.rmdir()

@@ -6,6 +6,16 @@ from typing import Any
 
 NUM = (int, float)
 ROLES = {"trainer", "dataloader", "pin_memory", "other"}
+CAUSES = {
+    "cpu_contention",
+    "cpu_limit",
+    "input_compute",
+    "input_storage",
+    "trainer_work",
+    "straggler",
+    "gpu_side",
+    "clocks",
+}
 STATES = {
     "ok",
     "busy_but_starving",
@@ -72,4 +82,7 @@ def check_frame(d: dict[str, Any]) -> None:
     for v in d["verdicts"]:
         assert isinstance(v["gpu"], int)
         assert v["state"] in STATES, v["state"]
+        assert v["cause"] in CAUSES or v["cause"] is None, v["cause"]
+        if v["state"] in ("ok", "idle", "unknown"):
+            assert v["cause"] is None, v
         assert isinstance(v["evidence"], list) and isinstance(v["fixes"], list)

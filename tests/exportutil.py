@@ -61,7 +61,10 @@ FRAME = Frame(
         _proc(200, "infer", "other", gpus=(1,)),
         _proc(300, "bash", "other"),
     ),
-    verdicts=(Verdict(0, "busy_but_starving", ("off-CPU 52%",)), Verdict(1, "idle")),
+    verdicts=(
+        Verdict(0, "busy_but_starving", ("off-CPU 52%",), cause="cpu_limit"),
+        Verdict(1, "idle"),
+    ),
 )
 
 

@@ -243,6 +243,7 @@ _STARVING = Verdict(
         "(taskset/cgroup cpuset) or lower other CPU load",
     ),
     efficiency=0.12,
+    cause="cpu_contention",
 )
 _UNKNOWN = Verdict(
     gpu=1,
@@ -288,6 +289,7 @@ LONG_STARVING = Verdict(
         "move the stress-ng jobs to another host",
     ),
     efficiency=0.12,
+    cause="cpu_contention",
 )
 
 

@@ -161,8 +161,8 @@ def running_loop(
         p.wait()
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process's children (DataLoader workers, forkserver) and then it."""
+def children(pid: int) -> list[int]:
+    """A process's children (DataLoader workers, a forkserver); [] once it is gone."""
     kids: list[int] = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -170,7 +170,20 @@ def kill_tree(pid: int) -> None:
                 kids += [int(c) for c in f.read().split()]
     except OSError:
         pass
-    for k in kids:
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """A process's children, their children, and so on."""
+    out: list[int] = []
+    for k in children(pid):
+        out += [k, *descendants(k)]
+    return out
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process's children (DataLoader workers, forkserver) and then it."""
+    for k in children(pid):
         kill_tree(k)
     try:
         os.kill(pid, signal.SIGKILL)

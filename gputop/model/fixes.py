@@ -7,7 +7,10 @@ took the CPU) into commands that are correct on this machine. A pinning is only
 offered when one exists: the job's trainer and workers each get a CPU of their
 own *and* the other work keeps at least the CPUs it uses now. Otherwise the fix
 says that no correct pinning exists and leads with the one that does (renice or
-move the other work).
+move the other work). A job held back by its own cgroup CPU limit gets
+``limit_fixes``: raise the limit and size ``num_workers`` to it, before any renice.
+Only the culprits the diagnosis hands over are reniced: gputop never, and no
+process that took under 5 % of the job's run-queue time.
 """
 
 from __future__ import annotations
@@ -114,9 +117,13 @@ def free_cpus(f: HostFacts) -> int:
 
 
 def starving_fixes(f: HostFacts) -> tuple[str, ...]:
-    """Fixes for a job starved of CPU, the one that is correct on this host first."""
+    """Fixes for a job starved of CPU by other work, the one that is correct on this host first.
+
+    A renice (and moving the other work) appears only for the culprits: processes
+    that took a measured share of the job's time, or under /proc alone the busiest
+    other processes, marked inferred.
+    """
     pin, why_not = plan_pinning(f)
-    renice = _renice(f.culprits)
     out: list[str] = []
     if pin is not None and f.job_pids:
         pids = " ".join(str(p) for p in f.job_pids)
@@ -139,18 +146,16 @@ def starving_fixes(f: HostFacts) -> tuple[str, ...]:
                 f" {len(pin.rest)}: it slows down)"
             )
         out.append(line)
-        out.append(renice)
-    else:
-        out.append(renice)
+        if f.culprits:
+            out.append(_renice(f.culprits))
+    elif f.culprits:
+        out.append(_renice(f.culprits))
         out.append(
             "move the other work off this node (or stop it) while the job trains;"
             f" pinning will not help: {why_not}"
         )
-    out.append(
-        "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
-        " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
-        " `systemd-run --scope -p CPUWeight=10`"
-    )
+    if f.culprits:
+        out.append(AUTOGROUP_FIX)
     if f.job_quota_cpus is not None and f.job_quota_cpus < f.n_trainers + f.n_workers:
         out.append(
             f"the job's cgroup caps it at {f.job_quota_cpus:g} CPUs: raise cpu.max"
@@ -163,20 +168,63 @@ def starving_fixes(f: HostFacts) -> tuple[str, ...]:
             f" use num_workers={max(1, free - f.n_trainers)} or free CPUs"
         )
     if f.n_workers:
-        out.append(
-            "DataLoader(..., persistent_workers=True) so workers are not re-created every epoch"
-        )
+        out.append(PERSISTENT_FIX)
     return tuple(out)
 
 
+def limit_fixes(f: HostFacts) -> tuple[str, ...]:
+    """Fixes for a job held back by its own cgroup CPU limit: raise it, size num_workers to it.
+
+    Renice comes after, and only for processes that took a measured share of the
+    job's time (culprits with a ``share_pct``): on an idle host nobody else is to
+    blame, and under /proc alone the busiest processes are not shown to be.
+    """
+    quota = f.job_quota_cpus or 0.0
+    need = max(1, f.n_trainers + f.n_workers)
+    # The job uses all it is allowed: at least one CPU per busy process, and more than now.
+    target = max(need, math.floor(quota) + 1)
+    workers = f"{f.n_workers} DataLoader worker{'s' if f.n_workers != 1 else ''}"
+    out = [
+        f"raise the job's CPU limit: its cgroup allows {quota:g} CPUs and the job uses all of"
+        f" it; the trainer and its {workers} need {need} (one each), so give it {target}:"
+        f" `systemctl set-property UNIT CPUQuota={target * 100}%`, the container's"
+        f" `--cpus {target}`, the pod's `resources.limits.cpu: \"{target}\"`, or the cgroup's"
+        f' `cpu.max` "{target * 100000} 100000" (v1: `cpu.cfs_quota_us` {target * 100000} with'
+        " `cpu.cfs_period_us` 100000)",
+        "size num_workers to the limit: one CPU for the trainer and one per worker"
+        f" (at {target} CPUs num_workers={max(0, target - f.n_trainers)}; at the {quota:g}"
+        f" it has now num_workers={max(0, math.floor(quota) - f.n_trainers)}: more workers"
+        " only share the same CPU time)",
+    ]
+    # The limit explains the wait: only a measured share of it earns another process a renice.
+    measured = [c for c in f.culprits if c.share_pct is not None]
+    if measured:
+        out.append(_renice(measured))
+        out.append(AUTOGROUP_FIX)
+    if f.n_workers:
+        out.append(PERSISTENT_FIX)
+    return tuple(out)
+
+
+AUTOGROUP_FIX = (
+    "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
+    " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
+    " `systemd-run --scope -p CPUWeight=10`"
+)
+PERSISTENT_FIX = (
+    "DataLoader(..., persistent_workers=True) so workers are not re-created every epoch"
+)
+
+
 def _renice(culprits: Sequence[Culprit]) -> str:
-    if not culprits:
-        return "renice background jobs (renice -n 19 -p PID) or move them off this node"
     measured = [c for c in culprits if c.share_pct is not None]
     pids = " ".join(str(c.pid) for c in culprits[:5])
     if measured:
         who = ", ".join(f"pid {c.pid} {c.comm} ({c.share_pct:.0f}%)" for c in measured[:3])
-        return f"renice the processes that took the job's CPU time ({who}): renice -n 19 -p {pids}"
+        return (
+            f"renice the processes that took the job's CPU time ({who} of the time it waited"
+            f" for a CPU): renice -n 19 -p {pids}"
+        )
     who = ", ".join(f"pid {c.pid} {c.comm} {c.cpu_pct:.0f}% CPU" for c in culprits[:3])
     return (
         f"renice the busiest other processes ({who}; inferred from CPU use): renice -n 19 -p {pids}"

@@ -28,8 +28,20 @@ VerdictState = Literal[
     "unknown",
 ]
 """The states a GPU's verdict can be in (CONTRACT.md section 2)."""
+Cause = Literal[
+    "cpu_contention",
+    "cpu_limit",
+    "input_compute",
+    "input_storage",
+    "trainer_work",
+    "straggler",
+    "gpu_side",
+    "clocks",
+]
+"""What holds a GPU back, the first of its verdict's evidence (CONTRACT.md section 2)."""
 ROLES: tuple[Role, ...] = get_args(Role)
 VERDICT_STATES: tuple[VerdictState, ...] = get_args(VerdictState)
+CAUSES: tuple[Cause, ...] = get_args(Cause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +209,9 @@ class ProcessSample:
     gpu_sync_pct: float | None = None
     gpu_sync_spin_pct: float | None = None
     gpu_sync_runq_pct: float | None = None
+    # All its threads waiting for a CPU, % of the interval (summed: can exceed 100); the
+    # base of its preemptors' shares (eBPF only, for the processes whose preemptors are kept).
+    runq_threads_pct: float | None = None
     cpus_allowed: tuple[int, ...] | None = None
     """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
     cpu_quota: float | None = None
@@ -227,13 +242,18 @@ class ProcessSample:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """The diagnosis for one GPU: a state, the evidence with numbers, the fixes."""
+    """The diagnosis for one GPU: a state, its cause, the evidence with numbers, the fixes.
+
+    ``cause`` is None where nothing holds the GPU back (``ok``, ``idle``, ``unknown``)
+    and in verdicts recorded before causes existed.
+    """
 
     gpu: int
     state: VerdictState
     evidence: tuple[str, ...] = ()
     fixes: tuple[str, ...] = ()
     efficiency: float | None = None
+    cause: Cause | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +357,7 @@ def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
 _ENUMS: dict[str, tuple[str, ...]] = {
     "ProcessSample.role": ROLES,
     "Verdict.state": VERDICT_STATES,
+    "Verdict.cause": CAUSES,
 }
 
 
@@ -443,7 +464,7 @@ def _build(cls: Any, d: Any) -> Any:
         if name not in d:
             continue
         v = check(d[name])
-        if allowed is not None and v not in allowed:
+        if allowed is not None and v is not None and v not in allowed:
             where = f"{cls.__name__}.{name}"
             raise ValueError(f"{where} must be one of {', '.join(allowed)}, got {v!r}")
         kw[name] = v

@@ -409,11 +409,19 @@ def _thread_rows(
 def _with_preemptors(
     proc: ProcessSample, probe: ProbeReading, stats: Mapping[int, ProcStat]
 ) -> ProcessSample:
-    """A watched process with the top preemptors of its lost CPU time (share of that time)."""
+    """A watched process with the top preemptors of its run-queue time (share of all of it).
+
+    A share is of the time its threads waited for a CPU, not of the part charged to
+    someone: where the CPU went idle while the process was held back (its CPU limit),
+    nobody is charged, and the little that is charged must not read as the cause.
+    """
     got = probe.preemptors.get(proc.pid)
     if got is None:
         return proc
-    total = sum(p.ns for p in got)
+    group = probe.per_tgid.get(proc.pid)
+    runq_ns = group.runq_ns if group is not None else 0
+    # Charges and the run-queue total come from separate maps read a moment apart.
+    total = max(runq_ns, sum(p.ns for p in got))
     top = tuple(
         Preemptor(
             pid=p.pid,
@@ -422,4 +430,6 @@ def _with_preemptors(
         )
         for p in got[:MAX_PREEMPTORS]
     )
-    return replace(proc, preemptors=top)
+    # Summed over its threads: can exceed 100.
+    runq_threads_pct = round(100.0 * total / (probe.dt_ns or 1), 2)
+    return replace(proc, preemptors=top, runq_threads_pct=runq_threads_pct)

@@ -21,7 +21,7 @@ from textual.strip import Strip
 from textual.visual import Visual, visualize
 from textual.widget import Widget
 
-from gputop.model.frame import Verdict, VerdictState
+from gputop.model.frame import Cause, Verdict, VerdictState
 from gputop.model.view import SEVERITY, ScreenView, worst
 
 TITLES: dict[VerdictState, str] = {
@@ -32,6 +32,17 @@ TITLES: dict[VerdictState, str] = {
     "unknown": "UNKNOWN",
     "idle": "IDLE",
     "ok": "OK",
+}
+# What holds the GPU back, as the title line names it (docs/diagnosis.md, "Causes").
+CAUSE_TITLES: dict[Cause, str] = {
+    "cpu_limit": "its CPU limit",
+    "cpu_contention": "CPU contention",
+    "clocks": "clocks",
+    "input_storage": "input: storage",
+    "input_compute": "input: compute",
+    "trainer_work": "trainer's own work",
+    "straggler": "a straggling rank",
+    "gpu_side": "GPU side",
 }
 # The history strip: one character per tick; taller is worse, so it reads without colour too.
 STRIP_GLYPHS = {
@@ -55,6 +66,17 @@ def _dur(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def cause_text(top: list[Verdict]) -> str:
+    """``cause: its CPU limit``; per GPU where the GPUs shown share a state, not a cause."""
+    named = [(v.gpu, CAUSE_TITLES.get(v.cause, v.cause)) for v in top if v.cause is not None]
+    distinct = list(dict.fromkeys(name for _, name in named))
+    if len(distinct) == 1:
+        return f"cause: {distinct[0]}"
+    if distinct:
+        return "causes: " + ", ".join(f"{name} (GPU {gpu})" for gpu, name in named)
+    return ""
 
 
 def wrap(text: str, width: int, first: str, rest: str) -> list[str]:
@@ -245,10 +267,18 @@ class VerdictPanel(Widget):
         mark = "✓" if v.state in CALM else "▲"
         title.append((f"{mark} {TITLES.get(v.state, v.state.upper())}", "bold"))
         title.append((f"  GPU {','.join(str(x.gpu) for x in top)}", ""))
-        if v.efficiency is not None:
-            title.append((f"  efficiency {v.efficiency:.2f}", ""))
-        if self._run_s > 0:
-            title.append((f"  for {_dur(self._run_s)}", ""))
+        cause = cause_text(top)
+        if cause:
+            title.append((f"  {cause}", ""))
+        run = (f"  for {_dur(self._run_s)}", "") if self._run_s > 0 else None
+        eff = None if v.efficiency is None else (f"  efficiency {v.efficiency:.2f}", "")
+        if eff is not None and self._strip:
+            # The strip says when the trouble began; the efficiency is in the GPU's evidence
+            # line too, so it gives way where both do not fit (80 columns).
+            used = sum(len(t) for t, _ in (*title, eff, *([run] if run else [])))
+            if width - used - 2 < STRIP_MIN_W:
+                eff = None
+        title += [part for part in (eff, run) if part is not None]
         key = (self._verdicts, width)
         if key != self._body_key:
             self._body_key, self._body = key, self._body_lines(ordered, top, width)
@@ -270,6 +300,8 @@ class VerdictPanel(Widget):
                 continue
             else:
                 head = f"GPU {verdict.gpu} {TITLES.get(verdict.state, verdict.state.upper())}"
+                if verdict.cause is not None:
+                    head += f" (cause: {CAUSE_TITLES.get(verdict.cause, verdict.cause)})"
                 lines.append([(head, "bold")])
                 prefix = "  "
             for ev in verdict.evidence:

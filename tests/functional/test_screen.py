@@ -157,10 +157,23 @@ async def test_history_strip_shows_when_the_starving_began() -> None:
         await pilot.pause()
         panel = app.query_one(VerdictPanel)
         title = str(panel.render()).splitlines()[0]
-        # Before: GPU 0 ok, GPU 1 unknown; the strip shows the most urgent of them.
+        # Before: GPU 0 ok, GPU 1 unknown; the strip shows the most urgent of them. The
+        # strip takes the room the title leaves: the newest ticks, the change among them.
         before, bad = STRIP_GLYPHS["unknown"], STRIP_GLYPHS["busy_but_starving"]
-        assert title.rstrip().endswith(" " + before * 40 + bad * 20)
-        assert "for 20s" in title
+        strip = title.rstrip().rsplit(" ", 1)[-1]
+        assert strip.endswith(before + bad * 20) and set(strip) == {before, bad}, title
+        assert "for 20s" in title and "cause: CPU contention" in title
+
+
+async def test_at_80_columns_the_efficiency_gives_way_to_the_cause_and_the_history_strip() -> None:
+    for size, efficiency in (((80, 24), False), ((120, 40), True)):
+        app = replay_app(60, starving_from=40)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            title = str(app.query_one(VerdictPanel).render()).splitlines()[0]
+            assert "cause: CPU contention" in title and "for 20s" in title, title
+            assert ("efficiency 0.12" in title) is efficiency, title
+            assert title.rstrip().endswith(STRIP_GLYPHS["busy_but_starving"] * 8), title
 
 
 # ---- 4. filter and search are visible -------------------------------------------

@@ -252,9 +252,9 @@ def test_a_trainer_that_loads_its_own_batches_is_told_so(
     (verdict,) = frames[-1].verdicts
     text = " ".join(verdict.evidence)
     print(verdict.state, text, verdict.fixes)
-    assert verdict.state == "input_bound", verdict
-    assert "loads its own batches (no DataLoader workers)" in text
-    assert "waited for batches 0%" not in text
+    assert (verdict.state, verdict.cause) == ("input_bound", "input_compute"), verdict
+    assert "builds its own batches (no DataLoader workers)" in text
+    assert "waited for batches" not in text
     assert any("num_workers" in f for f in verdict.fixes)
 
 

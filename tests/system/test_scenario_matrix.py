@@ -41,6 +41,18 @@ ONE_SLOW_WORKER = {"workers": 1, "item_cpu_ms": 5, "batch_size": 8, "step_ms": 2
 NO_WORKERS = {"workers": 0, "item_cpu_ms": 2, "batch_size": 8, "step_ms": 20, "step": "sleep"}
 
 
+# What may hold a GPU back in each state (docs/diagnosis.md, "Causes").
+CAUSES_OF_STATE: dict[str, set[str | None]] = {
+    "busy_but_starving": {"cpu_contention", "cpu_limit"},
+    "input_bound": {"cpu_contention", "cpu_limit", "input_compute"},
+    "throttled": {"clocks"},
+    "low_sm_efficiency": {"gpu_side"},
+    "ok": {None},
+    "idle": {None},
+    "unknown": {None},
+}
+
+
 @dataclass(frozen=True)
 class Job:
     """One training loop on one fake GPU, and the GPU's numbers."""
@@ -218,6 +230,9 @@ def test_scenario_reaches_its_verdict_within_3_ticks_and_holds_it(
             if p["pid"] in {loop.pid for loop in loops}
         ]
         assert any(p["wait_input_pct"] is not None for p in trainers), "no measured split"
+    for f in frames:
+        for v in f["verdicts"]:  # type: ignore[attr-defined]
+            assert v["cause"] in CAUSES_OF_STATE[v["state"]], v
     for gpu, expected in enumerate(sc.expected):
         states = _states(frames, gpu)
         evidence = [
@@ -234,9 +249,19 @@ def test_scenario_reaches_its_verdict_within_3_ticks_and_holds_it(
         assert all(s == expected for s in states[reached:]), why
         wrong = {s for s in states if s not in ("unknown", expected)}
         assert not wrong, why
+        if expected == "busy_but_starving":
+            # No job here has a CPU limit: the hogs starve it.
+            last = next(v for v in frames[-1]["verdicts"] if v["gpu"] == gpu)  # type: ignore[attr-defined]
+            assert last["cause"] == "cpu_contention", why
         text = "\n".join(evidence[-1])
+        builds_own = sc.jobs[gpu].loop["workers"] == 0
         if mode == "bpf" and expected in ("busy_but_starving", "input_bound"):
-            assert "inferred" not in text and "waited for batches" in text, text
+            assert "inferred" not in text, text
+            # With num_workers=0 there are no batches to wait for: it builds them itself.
+            if builds_own:
+                assert "builds its own batches" in text and "waited for batches" not in text, text
+            else:
+                assert "waited for batches" in text, text
         if mode == "bpf" and expected == "low_sm_efficiency":
             assert "(measured)" in text, text
         if mode == "procfs" and expected in ("busy_but_starving", "low_sm_efficiency"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -45,6 +45,8 @@ class Proc:
     sync: float | None = None
     spin: float | None = None
     sync_runq: float | None = None
+    # Its cgroup's CPU limit, CPUs (read for the job's processes).
+    quota: float | None = None
 
 
 def trainer(pid: int = TRAINER, gpu: int = 0, **kw: float | None) -> Proc:
@@ -146,6 +148,7 @@ def frame(t: float, case: Case, interval: float = 1.0) -> Frame:
                 gpu_sync_pct=p.sync,
                 gpu_sync_spin_pct=p.spin,
                 gpu_sync_runq_pct=p.sync_runq,
+                cpu_quota=p.quota,
             )
             for p in case.procs
         ),
@@ -386,6 +389,46 @@ def test_every_verdict_has_evidence_and_problems_have_fixes(case: Case, expected
         assert v.fixes
 
 
+# What may hold a GPU back in each state (docs/diagnosis.md, "Causes").
+CAUSES_OF_STATE: dict[str, set[str | None]] = {
+    "busy_but_starving": {"cpu_contention", "cpu_limit"},
+    "input_bound": {"cpu_contention", "cpu_limit", "input_compute"},
+    "throttled": {"clocks"},
+    "low_sm_efficiency": {"gpu_side"},
+    "ok": {None},
+    "idle": {None},
+    "unknown": {None},
+}
+
+
+@pytest.mark.parametrize(("case", "expected"), RULES)
+def test_every_verdict_carries_a_cause_that_fits_its_state(case: Case, expected: str) -> None:
+    v = settled(case)
+    assert v.cause in CAUSES_OF_STATE[v.state], v
+
+
+def test_a_cause_that_changes_inside_a_state_is_confirmed_like_a_state_and_keeps_it() -> None:
+    # /proc: a starved trainer and 2 workers on 2 busy CPUs. First they use all of a 0.4-CPU
+    # limit (30% + 2 x 5%); then the limit is lifted and the hogs keep starving them.
+    def starved(quota: float | None) -> Case:
+        return Case(
+            Gpu(util=97, sm=12),
+            (
+                trainer(cpu=30.0, off=70.0, runq=52.0, quota=quota),
+                *workers(2, cpu=5.0, runq=20.0, quota=quota),
+                *HOGS,
+            ),
+            BUSY_HOST,
+        )
+
+    d = Diagnoser(Thresholds(window_s=1.5))
+    out = [v[0] for v in run([starved(0.4)] * 4 + [starved(None)] * 4, d)]
+    assert [v.state for v in out[2:]] == ["busy_but_starving"] * 6
+    assert [v.cause for v in out[2:]] == ["cpu_limit"] * 3 + ["cpu_contention"] * 3
+    assert out[4].fixes[0].startswith("raise the job's CPU limit: its cgroup allows 0.4 CPUs")
+    assert out[5].fixes[0].startswith("renice the busiest other processes")
+
+
 def test_starving_evidence_under_proc_says_the_wait_split_is_inferred() -> None:
     case = Case(
         Gpu(util=97, sm=12), (STARVED_TRAINER, *workers(4, preempt=207.5), *HOGS), BUSY_HOST
@@ -610,18 +653,18 @@ def test_bad_thresholds_raise_one_line_usage_error(table: dict[str, object], mes
 
 
 def test_low_sm_efficiency_under_proc_says_the_sleep_is_not_measured() -> None:
-    v = settled(Case(Gpu(util=97, sm=12), (QUIET_TRAINER,)))
+    v = settled(Case(Gpu(util=97, sm=12), (QUIET_TRAINER, *workers(2, cpu=4.0))))
     text = "\n".join(v.evidence)
     assert (
-        f"no host-side cause seen: trainer pid {TRAINER} waits for a CPU 3%; asleep 89%"
-        " (on its GPU or its batches: inferred, not measured" in text
+        f"no host-side cause seen: trainer pid {TRAINER} waits for a CPU 3%, its workers 2%;"
+        " asleep 89% (on its GPU or its batches: inferred, not measured" in text
     )
     assert "SM activity 12% is far below GPU_UTIL 97%" in text
 
 
 def test_measured_low_sm_efficiency_clears_the_host_with_the_measured_split() -> None:
     quiet = trainer(cpu=8.0, off=92.0, runq=3.0, wait_input=4.0, wait_irq=85.0)
-    v = settled(Case(Gpu(util=97, sm=12), (quiet,)))
+    v = settled(Case(Gpu(util=97, sm=12), (quiet, *workers(2, cpu=4.0))))
     text = "\n".join(v.evidence)
     assert (
         f"the host is not what holds the GPU back: trainer pid {TRAINER} waited for batches 4%"
@@ -670,6 +713,19 @@ def test_a_processs_first_sighting_without_rates_does_not_dilute_its_averages() 
     assert states == ["unknown", "unknown", "input_bound"]
 
 
+def test_every_cause_has_a_title_and_the_banner_names_each_gpus_where_they_differ() -> None:
+    from gputop.model.frame import CAUSES
+    from gputop.widgets.verdict_panel import CAUSE_TITLES, cause_text
+
+    assert sorted(CAUSE_TITLES) == sorted(CAUSES)
+    limit = Verdict(0, "busy_but_starving", cause="cpu_limit")
+    hogs = Verdict(1, "busy_but_starving", cause="cpu_contention")
+    assert cause_text([limit]) == "cause: its CPU limit"
+    assert cause_text([limit, replace(limit, gpu=1)]) == "cause: its CPU limit"
+    assert cause_text([limit, hogs]) == ("causes: its CPU limit (GPU 0), CPU contention (GPU 1)")
+    assert cause_text([Verdict(0, "ok")]) == ""
+
+
 def test_every_verdict_state_has_a_rank_and_a_title_on_the_banner() -> None:
     from gputop.model.frame import VERDICT_STATES
     from gputop.widgets.verdict_panel import SEVERITY, TITLES
@@ -703,7 +759,7 @@ SPINNING = dict(cpu=60.0, off=40.0, runq=25.0, wait_input=2.0, wait_irq=0.0)
 
 def test_run_queue_inside_cuda_sync_is_the_gpus_wait_not_the_hosts() -> None:
     measured = trainer(**SPINNING, runq_after_input=0.0, sync=70.0, spin=40.0, sync_runq=20.0)
-    v = settled(Case(Gpu(util=97, sm=12), (measured,)))
+    v = settled(Case(Gpu(util=97, sm=12), (measured, *workers(2))))
     text = "\n".join(v.evidence)
     assert v.state == "low_sm_efficiency", v
     assert (
@@ -713,7 +769,7 @@ def test_run_queue_inside_cuda_sync_is_the_gpus_wait_not_the_hosts() -> None:
     assert "waited for batches 2% and for a CPU 5%" in text
     # The same loop without the CUDA measurement: its run queue reads as the host's.
     inferred = trainer(**SPINNING)
-    assert settled(Case(Gpu(util=97, sm=12), (inferred,))).state == "busy_but_starving"
+    assert settled(Case(Gpu(util=97, sm=12), (inferred, *workers(2)))).state == "busy_but_starving"
 
 
 def test_the_data_wait_includes_the_run_queue_after_the_batch_arrived() -> None:
@@ -732,7 +788,7 @@ def test_a_trainer_without_workers_that_loads_its_batches_is_input_bound_with_th
     text = "\n".join(v.evidence)
     assert v.state == "input_bound", v
     assert (
-        f"trainer pid {TRAINER} loads its own batches (no DataLoader workers): on a CPU 75%"
+        f"trainer pid {TRAINER} builds its own batches (no DataLoader workers): on a CPU 75%"
         " of the last 4 s outside CUDA synchronization" in text
     )
     assert "waited for batches 0%" not in text

@@ -7,7 +7,7 @@ import pytest
 
 from gputop.errors import UsageError
 from gputop.export import parse_listen
-from gputop.model.frame import VERDICT_STATES
+from gputop.model.frame import CAUSES, VERDICT_STATES
 from tests.exportutil import FRAME, one, scrape_collector
 
 
@@ -47,6 +47,15 @@ def test_verdict_is_one_for_the_current_state_only() -> None:
         expected = 1.0 if state == "busy_but_starving" else 0.0
         assert one(f, "gputop_verdict", gpu="0", UUID="GPU-aaa", state=state) == expected
     assert one(f, "gputop_verdict", gpu="1", state="idle") == 1.0
+
+
+def test_verdict_cause_is_one_for_the_current_cause_only_and_all_zero_without_one() -> None:
+    f = scrape_collector(FRAME)
+    for cause in CAUSES:
+        expected = 1.0 if cause == "cpu_limit" else 0.0
+        assert one(f, "gputop_verdict_cause", gpu="0", UUID="GPU-aaa", cause=cause) == expected
+        assert one(f, "gputop_verdict_cause", gpu="1", cause=cause) == 0.0, "idle has no cause"
+    assert {s.labels["cause"] for s in f["gputop_verdict_cause"]} == set(CAUSES)
 
 
 def test_host_metrics() -> None:

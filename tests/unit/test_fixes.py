@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gputop.model.fixes import Culprit, HostFacts, cpu_list, free_cpus, plan_pinning, starving_fixes
+from gputop.model.fixes import (
+    Culprit,
+    HostFacts,
+    cpu_list,
+    free_cpus,
+    limit_fixes,
+    plan_pinning,
+    starving_fixes,
+)
 
 HOGS = (Culprit(900, "stress", 99.0, 71.0), Culprit(901, "stress", 98.0, 20.0))
 
@@ -104,7 +112,7 @@ def test_two_busy_cpus_say_no_pinning_exists_and_lead_with_renicing_the_measured
     fixes = starving_fixes(facts(2))
     assert fixes[0] == (
         "renice the processes that took the job's CPU time (pid 900 stress (71%), pid 901 stress"
-        " (20%)): renice -n 19 -p 900 901"
+        " (20%) of the time it waited for a CPU): renice -n 19 -p 900 901"
     )
     assert fixes[1].startswith("move the other work off this node")
     assert (
@@ -157,3 +165,34 @@ def test_free_cpus_count_the_job_limit_and_the_other_work(
 def test_cpu_list_is_tasksets_range_form() -> None:
     assert cpu_list([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
     assert cpu_list([5]) == "5"
+
+
+def test_a_job_at_its_cpu_limit_is_told_to_raise_it_first_and_size_num_workers_to_it() -> None:
+    fixes = limit_fixes(facts(2, quota=0.25, culprits=()))
+    assert fixes[0].startswith(
+        "raise the job's CPU limit: its cgroup allows 0.25 CPUs and the job uses all of it;"
+        " the trainer and its 2 DataLoader workers need 3 (one each), so give it 3:"
+    )
+    assert "CPUQuota=300%" in fixes[0] and '`cpu.max` "300000 100000"' in fixes[0]
+    assert "at 3 CPUs num_workers=2; at the 0.25 it has now num_workers=0" in fixes[1]
+    assert not any("renice" in f or "taskset" in f for f in fixes), "nobody else to blame"
+
+
+def test_a_limit_above_the_jobs_process_count_is_raised_past_what_it_uses() -> None:
+    fixes = limit_fixes(facts(64, 2, quota=4.0, culprits=()))
+    assert "need 3 (one each), so give it 5:" in fixes[0]
+    assert "at 5 CPUs num_workers=4; at the 4 it has now num_workers=3" in fixes[1]
+
+
+def test_beside_a_limit_only_measured_culprits_are_reniced_and_after_it() -> None:
+    inferred = (Culprit(900, "stress", 99.0),)
+    assert not any("renice" in f for f in limit_fixes(facts(2, quota=0.25, culprits=inferred)))
+    fixes = limit_fixes(facts(2, quota=0.25))
+    assert fixes[0].startswith("raise the job's CPU limit")
+    assert fixes[2].startswith("renice the processes that took the job's CPU time (pid 900")
+
+
+def test_contention_with_no_culprit_offers_no_renice() -> None:
+    fixes = starving_fixes(facts(2, culprits=()))
+    assert not any("renice" in f or "autogroup" in f for f in fixes), fixes
+    assert fixes[0].startswith("num_workers=2 plus the trainer needs more than the 1 free CPU")

@@ -200,6 +200,23 @@ def test_preemptors_are_named_and_shared_out() -> None:
     assert rows[HOG].preemptors is None, "only watched processes are measured"
 
 
+def test_a_preemptors_share_is_of_all_the_run_queue_time_not_only_the_charged_part() -> None:
+    # The case: the job waited 900 ms for a CPU (3 threads), mostly while its CPU
+    # limit held it back and the CPU idled (charged to nobody); a kernel thread ran 1 ms.
+    probe = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={TRAINER: TaskSched(runq_ns=900 * MS), WORKER: TaskSched(runq_ns=0)},
+        per_tid={},
+        preemptors={TRAINER: (PreemptorTime(77, 1 * MS, 1), PreemptorTime(HOG, 89 * MS, 9))},
+    )
+    _, got = tick(HostJoin(), job(), probe)
+    rows = {p.pid: p for p in got.processes}
+    t = rows[TRAINER]
+    assert [(p.pid, p.share_pct) for p in t.preemptors or ()] == [(77, 0.1), (HOG, 9.9)]
+    assert t.runq_threads_pct == 90.0, "all its threads' wait: the shares' base"
+    assert rows[HOG].runq_threads_pct is None, "only where preemptors are kept"
+
+
 def test_gpu_use_reaches_the_row_and_makes_a_trainer() -> None:
     j = HostJoin()
     s = scan(stat(TRAINER, cpu=1.0))

@@ -43,6 +43,20 @@ def test_a_good_bundle_loads(tmp_path: Path, good_bundle: dict[str, Any]) -> Non
     assert b.verdicts[0].state == "busy_but_starving"
 
 
+def test_every_verdict_keeps_its_cause_and_an_old_bundle_without_causes_loads_with_none(
+    tmp_path: Path, good_bundle: dict[str, Any]
+) -> None:
+    b = load_bundle(str(_write(tmp_path, good_bundle)))
+    assert [v.cause for f in b.frames for v in f.verdicts] == ["cpu_limit"] * 3
+    assert b.verdicts[0].cause == "cpu_limit"
+    old = copy.deepcopy(good_bundle)
+    for v in [*old["verdicts"], *(v for f in old["frames"] for v in f["verdicts"])]:
+        del v["cause"]
+    b = load_bundle(str(_write(tmp_path, old)))
+    assert [v.cause for f in b.frames for v in f.verdicts] == [None] * 3
+    assert b.verdicts[0].cause is None and b.verdicts[0].state == "busy_but_starving"
+
+
 def test_a_truncated_bundle(tmp_path: Path, good_bundle: dict[str, Any]) -> None:
     text = json.dumps(good_bundle)
     p = tmp_path / "t.json"
@@ -124,6 +138,7 @@ def test_a_number_with_absurdly_many_digits(tmp_path: Path, good_bundle: dict[st
         (("frames", 0, "processes", 0, "pid"), 1.5, "ProcessSample.pid must be a whole number"),
         (("frames", 0, "processes", 0, "role"), "boss", "ProcessSample.role must be one of"),
         (("frames", 0, "verdicts", 0, "state"), "melting", "Verdict.state must be one of"),
+        (("frames", 0, "verdicts", 0, "cause"), "gremlins", "Verdict.cause must be one of"),
         (("frames", 0, "verdicts", 0, "evidence"), "text", "Verdict.evidence must be a list"),
         (("frames", 0, "sources", "notes"), [1], "sources.notes[] must be a str"),
         (("frames", 0, "t"), None, "Frame.t must be a number"),

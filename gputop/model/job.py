@@ -1,0 +1,101 @@
+"""The job of one GPU: its trainers, their DataLoader workers, and everyone else.
+
+``job_of`` groups the window's processes by the GPU they work for (another job's
+starving workers never explain this GPU); ``workers_summary`` and
+``job_preemptors`` sum the job's workers and who took the job's CPU time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gputop.model.frame import Preemptor
+from gputop.model.window import ProcAgg, mean, merge_preemptors, runq_weight
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """The processes working for one GPU: trainers (GPU holders) and their helpers."""
+
+    trainers: tuple[ProcAgg, ...]
+    workers: tuple[ProcAgg, ...]
+    others: tuple[ProcAgg, ...]
+    """Processes outside the job, busiest first (candidates to renice)."""
+
+    @property
+    def dataloaders(self) -> tuple[ProcAgg, ...]:
+        """The DataLoader worker processes (pin-memory threads excluded)."""
+        return tuple(w for w in self.workers if w.role == "dataloader")
+
+
+def job_of(index: int, procs: Mapping[int, ProcAgg]) -> Job:
+    """The trainers on GPU ``index``, their DataLoader workers, and everyone else."""
+    trainers = tuple(sorted((p for p in procs.values() if index in p.gpus), key=lambda p: p.pid))
+    tpids = {p.pid for p in trainers}
+    workers = tuple(
+        sorted(
+            (
+                p
+                for p in procs.values()
+                if p.role in ("dataloader", "pin_memory")
+                and p.trainer_pid in tpids
+                and p.pid not in tpids
+            ),
+            key=lambda p: p.pid,
+        )
+    )
+    mine = tpids | {p.pid for p in workers}
+    others = tuple(
+        sorted(
+            (p for p in procs.values() if p.pid not in mine and p.role == "other"),
+            key=lambda p: -p.cpu_pct,
+        )
+    )
+    return Job(trainers, workers, others)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersSummary:
+    """A trainer's DataLoader workers over the window, taken together."""
+
+    count: int
+    runq_pct: float | None
+    """Mean share of the time a worker waited for a CPU."""
+    preempt_per_s: float
+    """Preemptions per second, all workers summed."""
+    cpu_pct: float
+    """Mean CPU use of one worker, % of one CPU."""
+    preemptors: tuple[Preemptor, ...] | None
+    """Who took the CPU from them, weighted by each worker's run-queue time; None: not measured."""
+
+
+def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
+    """The DataLoader worker processes among ``workers`` summed up; None when there are none."""
+    procs = [w for w in workers if w.role == "dataloader"]
+    if not procs:
+        return None
+    return WorkersSummary(
+        count=len(procs),
+        runq_pct=mean(w.runq_pct for w in procs),
+        preempt_per_s=sum(w.preempt_per_s for w in procs),
+        cpu_pct=sum(w.cpu_pct for w in procs) / len(procs),
+        preemptors=merge_preemptors(
+            (runq_weight(w.runq_pct, w.runq_threads_pct), w.preemptors) for w in procs
+        ),
+    )
+
+
+def job_preemptors(job: Job) -> tuple[Preemptor, ...] | None:
+    """Who ran while the job's threads waited for a CPU: shares of all that wait; None: unmeasured.
+
+    The trainers' and the worker processes' lists merged, each weighted by its own
+    run-queue time, so a share is of the whole job's.
+    """
+    return merge_preemptors(
+        (
+            (runq_weight(p.runq_pct, p.runq_threads_pct), p.preemptors)
+            for p in (*job.trainers, *job.dataloaders)
+        ),
+        top=10,
+    )

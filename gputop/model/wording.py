@@ -1,0 +1,169 @@
+"""Evidence wording: the sentences a verdict's evidence is made of, each with its numbers.
+
+Measured numbers (the eBPF probe) are stated as such; where only /proc is there,
+the sentence says what is inferred and why (``NOT_MEASURED``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gputop.model.fixes import Culprit
+from gputop.model.frame import Preemptor
+from gputop.model.job import WorkersSummary
+from gputop.model.window import GpuAgg, HostAgg, ProcAgg
+
+NOT_MEASURED = "inferred, not measured: the wait split needs the eBPF probe (gputop doctor)"
+
+
+def pct(v: float | None) -> str:
+    """A share as evidence quotes it: ``52%``, or ``n/a`` where not known."""
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+def gpu_wait_text(p: ProcAgg) -> str:
+    """``waited for the GPU 62% (inside CUDA synchronization, spinning 40%; measured)``."""
+    how = ""
+    if p.gpu_sync_spin_pct and p.gpu_sync_spin_pct >= 1.0:
+        how = f", spinning on a CPU {pct(p.gpu_sync_spin_pct)}"
+    return f"waited for the GPU {pct(p.gpu_sync_pct)} (inside CUDA synchronization{how}; measured)"
+
+
+def trainer_line(p: ProcAgg, secs: str, builds_own: bool = False) -> str:
+    """Where the trainer's main thread spent the window: measured split, or /proc's.
+
+    ``builds_own``: it has no DataLoader workers. It then waits for no batches (it
+    makes them), so the line says so with its time on a CPU instead of a 0% wait.
+    """
+    if builds_own:
+        return _builder_line(p, secs)
+    if p.measured and p.gpu_measured:
+        parts = [
+            f"trainer pid {p.pid} {gpu_wait_text(p)} of the last {secs} s",
+            f"waited for batches {pct(p.data_wait_pct)} and for a CPU {pct(p.cpu_wait_pct)}",
+            f"worked on a CPU {pct(p.work_pct)}",
+        ]
+        if p.wait_thread_pct:
+            parts.append(f"woken by its own threads {pct(p.wait_thread_pct)}")
+        return ", ".join(parts)
+    if p.measured:
+        parts = [
+            f"trainer pid {p.pid} waited for batches {pct(p.data_wait_pct)} of the last {secs} s"
+            f" and for a CPU {pct(p.cpu_wait_pct)}",
+            f"on a CPU {pct(_oncpu(p))}",
+            f"woken by interrupts (GPU, timers) {pct(p.wait_irq_pct)}",
+            *_other_wakers(p),
+        ]
+        return ", ".join(parts)
+    return (
+        f"trainer pid {p.pid} off-CPU {pct(p.offcpu_pct)} of the last {secs} s:"
+        f" {pct(p.runq_pct)} waiting for a CPU, {pct(p.blocked_pct)} asleep"
+        f" (on its GPU or its batches: {NOT_MEASURED})"
+    )
+
+
+BUILDS_OWN = "builds its own batches (no DataLoader workers)"
+
+
+def _builder_line(p: ProcAgg, secs: str) -> str:
+    """A trainer with no workers: the share of its time on a CPU, where its batches are made."""
+    head = f"trainer pid {p.pid} {BUILDS_OWN}: on a CPU"
+    if p.measured and p.gpu_measured:
+        return (
+            f"{head} {pct(p.work_pct)} of the last {secs} s outside CUDA synchronization"
+            f" (its batches and its other work), waited for a CPU {pct(p.cpu_wait_pct)},"
+            f" {gpu_wait_text(p)}"
+        )
+    if p.measured:
+        parts = [
+            f"{head} {pct(_oncpu(p))} of the last {secs} s (its batches and its other work;"
+            " a spinning wait for the GPU would count here too), waited for a CPU"
+            f" {pct(p.cpu_wait_pct)}",
+            f"woken by interrupts (GPU, timers) {pct(p.wait_irq_pct)}",
+            *_other_wakers(p),
+        ]
+        return ", ".join(parts)
+    return (
+        f"{head} {pct(_oncpu(p))} of the last {secs} s, waiting for a CPU {pct(p.runq_pct)},"
+        f" asleep {pct(p.blocked_pct)} (on its GPU or its storage: {NOT_MEASURED})"
+    )
+
+
+def _oncpu(p: ProcAgg) -> float | None:
+    return None if p.offcpu_pct is None else 100.0 - p.offcpu_pct
+
+
+def _other_wakers(p: ProcAgg) -> list[str]:
+    parts = []
+    if p.wait_thread_pct:
+        parts.append(f"by its own threads {pct(p.wait_thread_pct)}")
+    if p.wait_other_pct:
+        parts.append(f"by other processes {pct(p.wait_other_pct)}")
+    return parts
+
+
+def preemptor_text(ps: tuple[Preemptor, ...] | None, culprits: set[int]) -> str:
+    """``71% of it behind pid 900 stress and 20% behind pid 901 stress`` (measured), or "".
+
+    Only the job's culprits are named (outside the job, not gputop, at least
+    ``culprit_share_pct`` of the whole job's run-queue time), with their share of
+    this process's wait.
+    """
+    if not ps:
+        return ""
+    named = [p for p in ps if p.pid in culprits][:2]
+    if not named:
+        return ""
+    parts = [f"{p.share_pct:.0f}% behind pid {p.pid} {p.comm}" for p in named]
+    parts[0] = parts[0].replace("% behind", "% of it behind", 1)
+    return " and ".join(parts)
+
+
+def workers_line(wk: WorkersSummary, culprits: set[int]) -> str:
+    """The DataLoader workers' CPU wait (and who took it), preemption rate and CPU use."""
+    each = wk.preempt_per_s / wk.count
+    line = f"its {wk.count} DataLoader worker{'s' if wk.count != 1 else ''}"
+    if wk.runq_pct is not None:
+        line += f" waited for a CPU {pct(wk.runq_pct)} of the time"
+        behind = preemptor_text(wk.preemptors, culprits)
+        if behind:
+            line += f" ({behind})"
+        line += ","
+    return line + f" were preempted {whole(each)}/s each and used {whole(wk.cpu_pct)}% CPU each"
+
+
+def whole(v: float) -> str:
+    """A number rounded to a whole, as evidence quotes it."""
+    return f"{v:.0f}"
+
+
+def gpu_line(gpu: GpuAgg, secs: str) -> str:
+    """The GPU's numbers over the window: GPU_UTIL, SM activity, efficiency, power."""
+    util = gpu.util or 0.0
+    parts = [f"GPU {gpu.index}: GPU_UTIL {whole(util)}%"]
+    if gpu.sm_active is not None:
+        parts.append(f"SM activity {whole(gpu.sm_active)}%")
+        if util > 0:
+            parts.append(f"efficiency {min(1.0, gpu.sm_active / util):.2f}")
+    else:
+        parts.append("SM activity n/a")
+    if gpu.power_w is not None and gpu.power_limit_w:
+        parts.append(f"power {whole(gpu.power_w)} W of {whole(gpu.power_limit_w)} W")
+    return ", ".join(parts) + f" over the last {secs} s"
+
+
+def host_line(host: HostAgg) -> str:
+    """How loaded the host's CPUs are: runnable tasks, busy share, load, CPU pressure."""
+    line = (
+        f"{whole(host.procs_running)} runnable tasks on {host.ncpu} CPUs;"
+        f" CPUs {whole(host.cpu_pct)}% busy; load {host.load1:.1f}"
+    )
+    if host.psi_cpu_some is not None:
+        line += f"; CPU pressure {whole(host.psi_cpu_some)}%"
+    return line
+
+
+def others_line(others: Sequence[Culprit]) -> str:
+    """/proc alone: the busiest processes outside the job (who preempted it is unknown)."""
+    top = ", ".join(f"pid {p.pid} {p.comm} {whole(p.cpu_pct)}%" for p in others[:3])
+    return f"busiest other processes (CPU use; who preempted the job is not measured): {top}"

@@ -1,0 +1,69 @@
+"""Cause family input, on hand-made aggregates: workers too slow for the trainer, or no workers
+and the trainer builds its own batches (said with its measured share of time, never as a 0%
+wait for batches)."""
+
+from __future__ import annotations
+
+from gputop.model import cause_input
+from gputop.model.thresholds import Thresholds
+from tests.aggregates import TRAINER, host, job, side, trainer, worker
+
+T = Thresholds()
+
+
+def test_a_trainer_waiting_for_one_slow_worker_is_input_compute_and_more_workers_fit() -> None:
+    j = job(
+        trainer(offcpu_pct=96.4, runq_pct=1.2, wait_input_pct=53.0, wait_irq_pct=42.0),
+        worker(4000, cpu_pct=98.0, runq_pct=0.3),
+    )
+    h = host(cpu_pct=54.0, ncpu=8)
+    hs = side(j, h)
+    assert hs.input and not hs.starved
+    v = cause_input.waits_for_input(j, h, hs, ("GPU line",), T)
+    assert (v.state, v.cause) == ("input_bound", "input_compute")
+    assert f"trainer pid {TRAINER} waited for batches 53% of the last 10 s" in v.evidence[1]
+    assert v.fixes[0] == "raise num_workers from 1 toward 7 (8 free CPUs minus the trainer)"
+
+
+# num_workers=0 with its CUDA synchronization measured: 46% on a CPU outside it, 54% inside.
+BUILDER = trainer(
+    cpu_pct=46.0, offcpu_pct=54.0, runq_pct=0.5, wait_input_pct=0.0, wait_irq_pct=0.0,
+    gpu_sync_pct=54.0, gpu_sync_spin_pct=0.0, gpu_sync_runq_pct=0.0,
+)  # fmt: skip
+
+
+def test_a_trainer_without_workers_builds_its_batches_with_its_measured_share_of_time() -> None:
+    j = job(BUILDER)
+    loader = cause_input.self_loading(j, T)
+    assert loader is BUILDER
+    v = cause_input.builds_its_own_batches(loader, j, host(), "GPU line", "10", T)
+    assert (v.state, v.cause) == ("input_bound", "input_compute")
+    assert v.evidence[1] == (
+        f"trainer pid {TRAINER} builds its own batches (no DataLoader workers): on a CPU 46% of"
+        " the last 10 s outside CUDA synchronization, waited for a CPU 0%, and waited for the"
+        " GPU 54% (inside CUDA synchronization; measured)"
+    )
+    assert "waited for batches" not in "\n".join(v.evidence)
+    assert v.fixes[0].startswith("use DataLoader(num_workers=N) with N up to the 2 free CPU(s)")
+
+
+def test_only_a_measured_trainer_without_workers_working_past_the_threshold_builds_its_own() -> (
+    None
+):
+    assert cause_input.self_loading(job(BUILDER, worker(4000)), T) is None, "it has workers"
+    unmeasured = trainer(cpu_pct=46.0, offcpu_pct=54.0, wait_input_pct=0.0)
+    assert cause_input.self_loading(job(unmeasured), T) is None, "its GPU wait is not measured"
+    launcher = trainer(offcpu_pct=94.0, wait_input_pct=0.0, gpu_sync_pct=90.0)
+    assert cause_input.self_loading(job(launcher), T) is None, "6% on a CPU: it only launches"
+
+
+def test_under_proc_a_busy_trainer_without_workers_is_said_to_build_its_batches_inferred() -> None:
+    busy = trainer(cpu_pct=98.0, offcpu_pct=3.0, runq_pct=1.0)
+    v = cause_input.busy_without_workers(job(busy), host(), T, "GPU line")
+    assert v is not None and (v.state, v.cause) == ("input_bound", "input_compute")
+    assert v.evidence[1].startswith(
+        f"trainer pid {TRAINER} builds its own batches (no DataLoader workers): on a CPU 98%"
+    )
+    assert "inferred" in v.evidence[1]
+    assert cause_input.busy_without_workers(job(busy, worker(4000)), host(), T, "") is None
+    assert cause_input.busy_without_workers(job(trainer()), host(), T, "") is None
