@@ -212,7 +212,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     config = load_config()
     opts = options_from(args, config)
     if args.command == "record":
-        from gputop.record import record
+        with signals.deferred():
+            from gputop.record import record
 
         out = _open_output(args.output)
         try:
@@ -221,22 +222,27 @@ def _dispatch(args: argparse.Namespace) -> int:
             if out is not sys.stdout:
                 out.close()
     if args.command == "snapshot":
-        from gputop.snapshot import snapshot_command
+        with signals.deferred():
+            from gputop.snapshot import snapshot_command
 
         return snapshot_command(args, opts)
     if args.command == "demo":
-        from gputop.demo import demo_command
+        with signals.deferred():
+            from gputop.demo import demo_command
 
         return demo_command(args)
     if args.command == "doctor":
-        from gputop.doctor import doctor_command
+        with signals.deferred():
+            from gputop.doctor import doctor_command
 
         return doctor_command(args, opts)
     if args.command == "export":
-        from gputop.export import export_command
+        with signals.deferred():
+            from gputop.export import export_command
 
         return export_command(args, opts)
-    from gputop.app import run_app
+    with signals.deferred():
+        from gputop.app import run_app
 
     return run_app(args, opts, config)
 

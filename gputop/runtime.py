@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gputop.model.diagnosis import Diagnoser, Thresholds
 from gputop.sampler import HostPass, Sampler
+from gputop.signals import deferred
 from gputop.sources.base import GpuSource, SchedProbe
 from gputop.sources.cgroup import ContainerTagger
 
@@ -61,15 +62,22 @@ def sched_probe(opts: Options) -> SchedProbe | None:
 
 
 def build_sampler(opts: Options) -> Sampler:
-    """A ready-to-open sampler for these options (nothing is read yet)."""
+    """A ready-to-open sampler for these options (nothing is read yet).
+
+    The sources' libraries (nvidia-ml-py, ctypes bindings) are imported here, with
+    exit signals deferred until they are (``signals.deferred``).
+    """
     notes: tuple[str, ...] = ()
     if opts.no_bpf:
         notes = ("sched: eBPF probe off (--no-bpf); scheduler numbers from /proc",)
+    with deferred():
+        gpu = gpu_source(opts)
+        probe = None if opts.no_bpf else sched_probe(opts)
     return Sampler(
-        gpu=gpu_source(opts),
+        gpu=gpu,
         # The /proc source with each process's container and pod identity.
         procs=HostPass(ContainerTagger(), top_n=opts.top_n),
-        probe=None if opts.no_bpf else sched_probe(opts),
+        probe=probe,
         diagnoser=Diagnoser(opts.thresholds),
         interval_s=opts.interval_s,
         notes=notes,

@@ -5,7 +5,8 @@ SIGHUP), as a shell reports a process the signal killed, but every ``finally``
 (probe detach, demo workload teardown, terminal restore) runs first.
 
 Headless commands raise ``SystemExit`` from the handler: they run plain Python
-that unwinds cleanly. The TUI must not have an exception thrown into Textual's
+that unwinds cleanly; imports of other people's code run ``deferred()``, where a
+signal is honoured once they are done. The TUI must not have an exception thrown into Textual's
 event loop at an arbitrary bytecode (that is how ``timeout gputop`` used to end
 in a traceback), so while it runs the handler only records the signal and asks
 the loop to stop, through ``call_soon_threadsafe`` (safe from a signal handler:
@@ -16,7 +17,9 @@ is remembered and honoured as soon as it does.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +37,33 @@ def exit_status(signum: int) -> int:
 
 def _raise_exit(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(exit_status(signum))
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, exit signals are only recorded; leaving, the first one ends the command.
+
+    For running other people's code, such as importing the UI stack: a module body
+    may swallow an exception raised at an arbitrary bytecode (plotext's bare
+    ``except:`` once turned a SIGINT during its import into a ValueError, exit 1).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        # Signals are handled by the main thread only; here there is nothing to defer.
+        yield
+        return
+    got: list[int] = []
+
+    def record(signum: int, _frame: FrameType | None) -> None:
+        got.append(signum)
+
+    saved = {sig: signal.signal(sig, record) for sig in EXIT_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+    if got:
+        raise SystemExit(exit_status(got[0]))
 
 
 def install_headless() -> None:
