@@ -22,6 +22,9 @@
 #define SWITCH_RUNNABLE 0
 #define SWITCH_BLOCKED 1
 #define SWITCH_DEAD 2
+// Runnable, but held back by its cgroup's CPU limit (CFS bandwidth throttling): only the
+// CO-RE build can tell (it reads the task's throttle state); bcc's never says so.
+#define SWITCH_THROTTLED 3
 
 #ifdef GPUTOP_CORE
 
@@ -67,12 +70,20 @@ static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 struct thread_info {
     u32 cpu;  // Linux 5.16+ (with THREAD_INFO_IN_TASK)
 } __attribute__((preserve_access_index));
+struct cfs_rq {
+    int throttle_count;  // CONFIG_CFS_BANDWIDTH: > 0 while it or an ancestor is throttled
+} __attribute__((preserve_access_index));
+struct sched_entity {
+    struct cfs_rq *cfs_rq;  // CONFIG_FAIR_GROUP_SCHED: the run queue it is queued on
+} __attribute__((preserve_access_index));
 struct task_struct {
     struct thread_info thread_info;
     unsigned int __state;  // Linux 5.14+
     unsigned int cpu;      // before 5.16
     int exit_state;
     pid_t pid;
+    struct sched_entity se;
+    bool throttled;  // Linux 6.18+ (task-based throttling): dequeued by its cgroup's limit
 } __attribute__((preserve_access_index));
 struct task_struct___pre514 {
     long state;
@@ -94,14 +105,32 @@ static __always_inline u32 gt_task_cpu(u64 task) {
     return t->cpu;
 }
 
+// Whether a runnable `prev` leaves because its cgroup's CPU limit holds it back.
+// Linux 6.18+ throttles task by task: the task dequeues itself on its way back to
+// user space and is marked `throttled` until its group gets runtime again. Before
+// that, the whole group run queue was dequeued at once, its throttle_count (own and
+// inherited) above zero. A task preempted in the kernel while its group is throttled
+// on 6.18+ is not throttled yet: it runs again to reach user space.
+static __always_inline int gt_throttled(struct task_struct *prev) {
+    if (GT_FIELD_EXISTS(prev->throttled))
+        return prev->throttled;
+    if (GT_FIELD_EXISTS(prev->se.cfs_rq)) {
+        struct cfs_rq *rq = prev->se.cfs_rq;
+        if (rq && GT_FIELD_EXISTS(rq->throttle_count))
+            return rq->throttle_count > 0;
+    }
+    return 0;
+}
+
 // How sched_switch's `prev` left the CPU, as the tracepoint record would say it:
-// preempted (R+) or still TASK_RUNNING is runnable; EXIT_ZOMBIE/EXIT_DEAD in its
-// exit_state is its last switch; any other state is blocked. The state is read
-// from the task, which works whether or not this kernel passes it (5.18+).
+// preempted (R+) or still TASK_RUNNING is runnable (throttled where its cgroup's
+// limit holds it back); EXIT_ZOMBIE/EXIT_DEAD in its exit_state is its last switch;
+// any other state is blocked. The state is read from the task, which works whether
+// or not this kernel passes it (5.18+).
 static __always_inline u32 gt_switch_how(u64 *args) {
     struct task_struct *prev = (void *)args[1];
     if (args[0] & 0xff)  // bool preempt
-        return SWITCH_RUNNABLE;
+        return gt_throttled(prev) ? SWITCH_THROTTLED : SWITCH_RUNNABLE;
     if (prev->exit_state & (EXIT_DEAD | EXIT_ZOMBIE))
         return SWITCH_DEAD;
     long state;
@@ -109,7 +138,9 @@ static __always_inline u32 gt_switch_how(u64 *args) {
         state = prev->__state;
     else
         state = ((struct task_struct___pre514 *)prev)->state;
-    return state == 0 ? SWITCH_RUNNABLE : SWITCH_BLOCKED;
+    if (state != 0)
+        return SWITCH_BLOCKED;
+    return gt_throttled(prev) ? SWITCH_THROTTLED : SWITCH_RUNNABLE;
 }
 
 // A scheduler event's program; `args` holds the tracepoint's arguments (see the

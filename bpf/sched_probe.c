@@ -182,6 +182,9 @@ static __always_inline void account_woke_by(u32 tid, struct thread_t *t, u64 blo
 static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out, u64 end) {
     if (t->runnable) {
         t->runq_ns += end - out;
+        // Held back by its cgroup's CPU limit: run-queue time nobody else took.
+        if (t->throttled)
+            t->throttled_ns += end - out;
         if (t->sync_depth)
             t->sync_runq_ns += end - out;
         return;
@@ -287,6 +290,7 @@ static __always_inline void retire_thread(u32 tid) {
     struct group_t *g = GT_LOOKUP(groups, &tgid);
     if (g) {
         __sync_fetch_and_add(&g->dead_runq_ns, t->runq_ns);
+        __sync_fetch_and_add(&g->dead_throttled_ns, t->throttled_ns);
         __sync_fetch_and_add(&g->dead_blocked_ns, t->blocked_ns);
         __sync_fetch_and_add(&g->dead_oncpu_ns, t->oncpu_ns);
         __sync_fetch_and_add(&g->dead_nivcsw, t->nivcsw);
@@ -297,7 +301,8 @@ static __always_inline void retire_thread(u32 tid) {
 }
 
 // A context switch on this CPU from `prev` to `next` (0: the idle task); `how`
-// the outgoing thread left: still runnable (preempted or yielding), blocked, or dead.
+// the outgoing thread left: still runnable (preempted or yielding), throttled by its
+// cgroup's CPU limit, blocked, or dead.
 static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
     u64 now = bpf_ktime_get_ns();
     u32 cur = current_epoch();
@@ -355,14 +360,17 @@ static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
                 stop_waiting(t, prev);  // it ran, so its switch-in was missed
                 // Runnable (preempted, or yielding) is how the kernel picks nivcsw
                 // over nvcsw.
-                if (how != SWITCH_RUNNABLE) {
+                // A throttled thread waits for its cgroup's next period, not for
+                // whoever runs here next: nobody is charged for that wait.
+                t->throttled = how == SWITCH_THROTTLED;
+                if (how == SWITCH_BLOCKED) {
                     t->runnable = 0;
                     t->nvcsw += 1;
                 } else {
                     t->runnable = 1;
                     t->nivcsw += 1;
                     u32 tgid = t->tgid;
-                    if (GT_LOOKUP(watched, &tgid))
+                    if (how == SWITCH_RUNNABLE && GT_LOOKUP(watched, &tgid))
                         start_waiting(t, prev, bpf_get_smp_processor_id(), now);
                 }
             }

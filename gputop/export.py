@@ -236,6 +236,22 @@ class FrameCollector(Collector):
             "Share of the interval the main thread was blocked, by who woke it (eBPF only)",
             [*PROC_LABELS, "reason"],
         )
+        limit = self._gauge(
+            "gputop_process_cpu_limit_cpus",
+            "CPUs' worth of time the process's cgroup allows (training jobs with a limit)",
+            PROC_LABELS,
+        )
+        throttled = self._gauge(
+            "gputop_process_cpu_throttled_percent",
+            "Share of the interval the main thread was held back by its cgroup's CPU limit"
+            " (part of runq); source: bpf (measured) or cpu.stat (inferred)",
+            [*PROC_LABELS, "source"],
+        )
+        periods = self._gauge(
+            "gputop_process_cpu_throttled_periods_percent",
+            "Share of its cgroup's CFS periods in the interval in which the kernel throttled it",
+            PROC_LABELS,
+        )
         for p in _exported_processes(frame):
             labels = [
                 self.host,
@@ -251,6 +267,13 @@ class FrameCollector(Collector):
                 off.add_metric(labels, p.offcpu_pct)
             if p.runq_pct is not None:
                 runq.add_metric(labels, p.runq_pct)
+            if p.cpu_quota is not None:
+                limit.add_metric(labels, p.cpu_quota)
+            if p.cpu_throttled_pct is not None:
+                throttled.add_metric([*labels, p.cpu_throttled_source or ""], p.cpu_throttled_pct)
+            lim = p.cpu_limit
+            if lim is not None and lim.periods:
+                periods.add_metric(labels, 100.0 * (lim.throttled_periods or 0) / lim.periods)
             pre.add_metric(labels, p.preempt_per_s)
             vol.add_metric(labels, p.vcsw_per_s)
             total.add_metric(labels, float(p.preempt_total))
@@ -264,7 +287,7 @@ class FrameCollector(Collector):
             ):
                 if pct is not None:
                     wait.add_metric([*labels, reason], pct)
-        yield from (cpu, off, runq, pre, vol, total, gmem, wait)
+        yield from (cpu, off, runq, pre, vol, total, gmem, wait, limit, throttled, periods)
 
     def _verdict_metrics(self, frame: Frame) -> Iterator[Any]:
         gpu_of = {g.index: g for g in frame.gpus}

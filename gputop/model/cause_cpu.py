@@ -1,8 +1,11 @@
 """Cause family: the job is starved of CPU, by its own CPU limit or by other processes.
 
-``cpu_limit``: the job's cgroup allows fewer CPUs than it needs and the job uses
-nearly all of what it is allowed; raising the limit is the fix that fits, before
-any renice. ``cpu_contention``: other processes take the CPUs. Who took the job's
+``cpu_limit``: the job's cgroup allows fewer CPUs than it needs: the kernel's
+own counters (``cpu.stat``) show it throttled the cgroup in a material share of
+its periods (before they are read: the job uses nearly all it is allowed); how
+much of the job's time that held it back is measured by the probe at each
+switch-out, else inferred. Raising the limit is the fix that fits, before any
+renice. ``cpu_contention``: other processes take the CPUs. Who took the job's
 CPU is measured by the eBPF probe: each preemptor's share of the time the job's
 threads waited for a CPU. A process under ``culprit_share_pct`` of it is never
 named nor put into a fix, and gputop itself never goes into a fix. Under /proc
@@ -19,7 +22,7 @@ from gputop.model.frame import Preemptor, VerdictState
 from gputop.model.hostside import HostSide, gputop_pids, job_pids, measured_culprits
 from gputop.model.job import Job, job_preemptors
 from gputop.model.thresholds import Thresholds
-from gputop.model.window import HostAgg
+from gputop.model.window import HostAgg, LimitAgg
 from gputop.model.wording import host_line, others_line, pct, whole
 
 # Under /proc alone: other processes using this much CPU (% of one) stand in for culprits.
@@ -28,7 +31,7 @@ INFERRED_CULPRIT_CPU_PCT = 10.0
 
 @dataclass(frozen=True, slots=True)
 class CpuLimit:
-    """The job's cgroup CPU limit and how much of it the job used over the window."""
+    """The job's cgroup CPU limit, the job's use of it, and how often it held the job back."""
 
     quota_cpus: float
     """CPUs' worth of time the cgroup allows (the tightest limit of the trainers)."""
@@ -36,6 +39,12 @@ class CpuLimit:
     """CPUs the processes under that limit used, together."""
     workers: int
     """DataLoader worker processes under it."""
+    counters: LimitAgg | None = None
+    """The limit's ``cpu.stat`` over the window; None where not read."""
+    throttled_pct: float | None = None
+    """Mean share of the time the job's processes under it were held back by it."""
+    throttled_source: str | None = None
+    """"bpf" (measured at each switch-out) or "cpu.stat" (inferred)."""
 
     @property
     def used_pct(self) -> float:
@@ -45,25 +54,38 @@ class CpuLimit:
 
 def job_limit(job: Job) -> CpuLimit | None:
     """The job's CPU limit with its use; None where no limit was read (or none is set)."""
-    quotas = [p.cpu_quota for p in job.trainers if p.cpu_quota is not None]
-    if not quotas:
+    limited = [p for p in job.trainers if p.cpu_quota is not None]
+    if not limited:
         return None
-    quota = min(quotas)
+    tightest = min(limited, key=lambda p: p.cpu_quota or 0.0)
+    quota = tightest.cpu_quota or 0.0
     # Thread rows carry no limit of their own: their CPU is their process's already.
     under = [p for p in (*job.trainers, *job.dataloaders) if p.cpu_quota == quota]
+    told = [p for p in under if p.cpu_throttled_pct is not None]
     return CpuLimit(
         quota_cpus=quota,
         used_cpus=sum(p.cpu_pct for p in under) / 100.0,
         workers=sum(1 for p in under if p.role == "dataloader"),
+        counters=tightest.limit,
+        throttled_pct=sum(p.cpu_throttled_pct or 0.0 for p in told) / len(told) if told else None,
+        throttled_source=next((p.cpu_throttled_source for p in told), None),
     )
 
 
 def limit_binds(job: Job, t: Thresholds) -> CpuLimit | None:
-    """The job's CPU limit where the job runs into it (uses ``limit_used_pct`` of it)."""
+    """The job's CPU limit where it holds the job back.
+
+    Where the kernel's counters were read: it throttled the job's cgroup in
+    ``limit_throttled_pct`` of the window's periods. Before they are (or where the
+    cgroup has no ``cpu.stat``): the job uses ``limit_used_pct`` of its limit.
+    """
     limit = job_limit(job)
-    if limit is None or limit.used_pct < t.limit_used_pct:
+    if limit is None:
         return None
-    return limit
+    share = limit.counters.throttled_periods_pct if limit.counters is not None else None
+    if share is not None:
+        return limit if share >= t.limit_throttled_pct else None
+    return limit if limit.used_pct >= t.limit_used_pct else None
 
 
 def culprits(job: Job, t: Thresholds) -> tuple[Culprit, ...]:
@@ -140,12 +162,31 @@ def _limit_line(limit: CpuLimit, secs: str) -> str:
     who = "the trainer"
     if limit.workers:
         who += f" and its {limit.workers} DataLoader worker{'s' if limit.workers != 1 else ''}"
-    return (
-        f"its CPU limit holds it back (inferred from its use): its cgroup allows"
-        f" {limit.quota_cpus:g} CPUs (cpu.max or cpu.cfs_quota_us) and {who} used"
-        f" {limit.used_cpus:.2f} of them"
-        f" ({pct(limit.used_pct)}) over the last {secs} s"
+    c = limit.counters
+    share = c.throttled_periods_pct if c is not None else None
+    if c is None or share is None:
+        return (
+            f"its CPU limit holds it back (inferred from its use): its cgroup allows"
+            f" {limit.quota_cpus:g} CPUs (cpu.max or cpu.cfs_quota_us) and {who} used"
+            f" {limit.used_cpus:.2f} of them"
+            f" ({pct(limit.used_pct)}) over the last {secs} s"
+        )
+    burst = f" plus a burst of {c.burst_cpus:g}" if c.burst_cpus else ""
+    line = (
+        f"its CPU limit holds it back: its cgroup allows {limit.quota_cpus:g} CPUs{burst}"
+        f" ({c.limit_file}) and the kernel throttled it in {whole(share)}% of its periods over"
+        f" the last {secs} s (cpu.stat: {c.throttled_periods} of {c.periods},"
+        f" {c.throttled_ms / 1000.0:.1f} s throttled over its CPUs); {who} used"
+        f" {limit.used_cpus:.2f} CPUs"
     )
+    if limit.throttled_pct is not None:
+        how = (
+            "measured at each switch-out"
+            if limit.throttled_source == "bpf"
+            else "inferred from cpu.stat and their run-queue time"
+        )
+        line += f" and were held back by it {whole(limit.throttled_pct)}% of their time ({how})"
+    return line
 
 
 def _lost_time_line(job: Job, shares: tuple[Preemptor, ...], t: Thresholds) -> str:

@@ -158,6 +158,27 @@ class Preemptor:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuLimitSample:
+    """A job process's cgroup CPU limit and what the kernel's ``cpu.stat`` counted in the tick."""
+
+    cgroup: str
+    """The cgroup directory whose limit is the process's ``cpu_quota`` (where it is throttled)."""
+    file: str
+    """``cpu.max`` (cgroup v2) or ``cpu.cfs_quota_us`` (v1)."""
+    burst: float | None = None
+    """CPUs' worth of burst allowed on top (``cpu.max.burst``); None: none set."""
+    periods: int | None = None
+    """CFS periods in the interval; None: not counted yet (first read)."""
+    throttled_periods: int | None = None
+    """Of those, the periods in which the kernel throttled the cgroup."""
+    throttled_ms: float | None = None
+    """The cgroup's throttled time in the interval, summed over its CPUs."""
+    throttled_source: str | None = None
+    """How the process's ``cpu_throttled_pct`` was had: "bpf" (measured at each switch-out)
+    or "cpu.stat" (inferred from the cgroup's throttled time and the job's run-queue time)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSample:
     """One process in one tick (contract fields first, then gputop's extras)."""
 
@@ -216,6 +237,11 @@ class ProcessSample:
     """CPUs the main thread may run on (its affinity); None where not read (role ``other``)."""
     cpu_quota: float | None = None
     """CPUs' worth of time its cgroup allows (tightest ``cpu.max`` up the tree); None: no limit."""
+    cpu_throttled_pct: float | None = None
+    """Main thread runnable but held back by its cgroup's CPU limit, % of the interval (part
+    of ``runq_pct``); None where no limit applies or it could not be told."""
+    cpu_limit: CpuLimitSample | None = None
+    """Its cgroup CPU limit with the kernel's throttling counters (training jobs only)."""
     # The container and Kubernetes pod the process runs in, from its cgroup path
     # (gputop/sources/cgroup.py); None outside containers or where not derivable.
     container_id: str | None = None
@@ -224,6 +250,11 @@ class ProcessSample:
     pod_name: str | None = None
     pod_namespace: str | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
+
+    @property
+    def cpu_throttled_source(self) -> str | None:
+        """How ``cpu_throttled_pct`` was had ("bpf" or "cpu.stat"); None where it was not."""
+        return self.cpu_limit.throttled_source if self.cpu_limit is not None else None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -340,6 +371,8 @@ def _plain(obj: Any) -> dict[str, Any]:
         v = getattr(obj, f.name)
         if isinstance(v, tuple):
             v = [_plain(x) if dataclasses.is_dataclass(x) else x for x in v]
+        elif dataclasses.is_dataclass(v):
+            v = _plain(v)
         out[f.name] = v
     return out
 

@@ -30,10 +30,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from gputop.model.frame import Preemptor, ProcessSample, Role, ThreadSample
+from gputop.model.frame import CpuLimitSample, Preemptor, ProcessSample, Role, ThreadSample
 from gputop.model.readings import (
+    CpuLimitReading,
     GpuUse,
     HostReading,
     Pipeline,
@@ -212,6 +213,7 @@ class HostJoin:
             out.extend(rows)
         if probe is not None:
             out = [_with_preemptors(p, probe, scan.procs) for p in out]
+        out = _inferred_throttling(out, dt)
         out.sort(key=lambda p: p.pid)
         self._thread_trainers = thread_trainers
         procs = scan.procs
@@ -255,6 +257,11 @@ class HostJoin:
                 runq_after_input_pct=_pct(m.runq_after_input_ns, pdt),
                 sched_source="bpf",
             )
+            if probe.throttle_measured and proc.cpu_limit is not None:
+                changes.update(
+                    cpu_throttled_pct=_pct(m.throttled_ns, pdt),
+                    cpu_limit=replace(proc.cpu_limit, throttled_source="bpf"),
+                )
             if proc.pid in probe.cuda_tgids:
                 changes.update(
                     gpu_sync_pct=_pct(m.sync_ns, pdt),
@@ -359,12 +366,69 @@ def _row(
         threads=tuple(threads),
         cpus_allowed=d.cpus_allowed if role != "other" else None,
         cpu_quota=d.cpu_quota if role != "other" else None,
+        **_limit_fields(d.cpu_limit if role != "other" else None),
         container_id=ident.container_id if ident else None,
         container_runtime=ident.runtime if ident else None,
         pod_uid=ident.pod_uid if ident else None,
         pod_name=ident.pod_name if ident else None,
         pod_namespace=ident.pod_namespace if ident else None,
     )
+
+
+def _limit_fields(limit: CpuLimitReading | None) -> dict[str, Any]:
+    """ProcessSample's fields for its cgroup CPU limit and the kernel's throttling counters."""
+    if limit is None:
+        return {}
+    ns = limit.throttled_ns
+    return {
+        "cpu_limit": CpuLimitSample(
+            cgroup=limit.cgroup,
+            file=limit.limit_file,
+            burst=limit.burst_cpus,
+            periods=limit.periods,
+            throttled_periods=limit.throttled_periods,
+            throttled_ms=None if ns is None else round(ns / 1e6, 3),
+        )
+    }
+
+
+def _inferred_throttling(rows: list[ProcessSample], dt: float | None) -> list[ProcessSample]:
+    """Throttled shares the probe did not measure, inferred from each cgroup's ``cpu.stat``.
+
+    The kernel counts a throttled cgroup's time per CPU run queue; every moment of it
+    some of the cgroup's threads were runnable and held back. So of the run-queue time
+    of the cgroup's threads gputop shows, that much (at most all of it) was the limit,
+    and each main thread's run-queue share is split in that proportion.
+    """
+    if not dt:
+        return rows
+    runq: dict[str, float] = {}
+    throttled: dict[str, float] = {}
+    for p in rows:
+        lim = p.cpu_limit
+        if lim is None or lim.throttled_ms is None or p.cpu_throttled_pct is not None:
+            continue
+        throttled[lim.cgroup] = 100.0 * lim.throttled_ms / 1000.0 / dt
+        runq[lim.cgroup] = runq.get(lim.cgroup, 0.0) + sum(t.runq_pct or 0.0 for t in p.threads)
+    if not throttled:
+        return rows
+    out = []
+    for p in rows:
+        cg = p.cpu_limit.cgroup if p.cpu_limit is not None else ""
+        if (
+            p.cpu_throttled_pct is None
+            and cg in throttled
+            and p.cpu_limit is not None
+            and p.runq_pct is not None
+        ):
+            share = min(1.0, throttled[cg] / runq[cg]) if runq[cg] > 0 else 0.0
+            p = replace(
+                p,
+                cpu_throttled_pct=round(p.runq_pct * share, 2),
+                cpu_limit=replace(p.cpu_limit, throttled_source="cpu.stat"),
+            )
+        out.append(p)
+    return out
 
 
 def _thread_rows(

@@ -116,12 +116,13 @@ class ThreadT(AbiStruct):
         ("sync_oncpu_ns", ctypes.c_uint64),
         ("sync_runq_ns", ctypes.c_uint64),
         ("runq_after_input_ns", ctypes.c_uint64),
+        ("throttled_ns", ctypes.c_uint64),
         ("wake_class", ctypes.c_uint32),
         ("wait_slot", ctypes.c_uint32),
         ("waker_tgid", ctypes.c_uint32),
         ("sync_depth", ctypes.c_uint32),
         ("active_ep", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("throttled", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
         "out_ts": "when it last left a CPU; 0 while on a CPU or unknown",
@@ -143,6 +144,8 @@ class ThreadT(AbiStruct):
         "sync_oncpu_ns": "of which on a CPU (spinning)",
         "sync_runq_ns": "of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_SYNC])",
         "runq_after_input_ns": "run-queue wait right after a wake-up by the input pipeline",
+        "throttled_ns": "of runq_ns: held back by its cgroup's CPU limit (CO-RE build only)",
+        "throttled": "the last runnable switch-out was its cgroup's CPU limit (SWITCH_THROTTLED)",
         "sync_depth": "CUDA synchronization calls in progress (nested calls count once)",
         "active_ep": "epoch + 1 in which its process was last marked in the activity map",
     }
@@ -158,6 +161,7 @@ class GroupT(AbiStruct):
     _c_name_ = "group_t"
     _fields_ = (
         ("dead_runq_ns", ctypes.c_uint64),
+        ("dead_throttled_ns", ctypes.c_uint64),
         ("dead_blocked_ns", ctypes.c_uint64),
         ("dead_oncpu_ns", ctypes.c_uint64),
         ("dead_nivcsw", ctypes.c_uint64),

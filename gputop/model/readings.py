@@ -33,6 +33,8 @@ class ProbeRows:
     ``execd``: those that exec'd. ``map_errors``: failed map updates since the
     last read. ``baseline_only``: the first read after attaching, whose window
     began part-way through an interval: it only sets the baselines.
+    ``throttle_measured``: the program tells a thread held back by its cgroup's
+    CPU limit (its rows' ``throttled_ns``) from one waiting for a CPU.
     """
 
     now_ns: int
@@ -48,6 +50,7 @@ class ProbeRows:
     execd: frozenset[int] = frozenset()
     map_errors: int = 0
     baseline_only: bool = False
+    throttle_measured: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,8 @@ class TaskSched:
     wait_sync_ns: int = 0
     # Run-queue wait right after a wake-up by the input pipeline (the batch arrived).
     runq_after_input_ns: int = 0
+    # Of runq_ns: held back by its cgroup's CPU limit (only where throttle_measured).
+    throttled_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,8 @@ class ProbeReading:
     # /proc must read again. None: not known (every process must be read).
     active: frozenset[int] | None = None
     execd: frozenset[int] = frozenset()
+    # The probe told throttled run-queue time apart (TaskSched.throttled_ns is measured).
+    throttle_measured: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +165,26 @@ class ContainerIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuLimitReading:
+    """A job's cgroup CPU limit (CFS bandwidth control) and its throttling over one tick.
+
+    ``cgroup``: the directory of the level with the tightest limit, where the kernel
+    throttles; ``limit_file``: ``cpu.max`` (v2) or ``cpu.cfs_quota_us`` (v1). The
+    counters are that level's ``cpu.stat`` changes since the previous tick (None
+    the first time it is read, or where it has no ``cpu.stat``): CFS periods,
+    periods in which it was throttled, and throttled time summed over its CPUs.
+    """
+
+    cgroup: str
+    quota_cpus: float
+    burst_cpus: float | None = None
+    limit_file: str = "cpu.max"
+    periods: int | None = None
+    throttled_periods: int | None = None
+    throttled_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ProcDetail:
     """The second /proc pass, for one process chosen to be shown: its threads and totals.
 
@@ -180,6 +207,7 @@ class ProcDetail:
     preempt_total: int  # involuntary ones, likewise
     cpus_allowed: tuple[int, ...] | None = None  # read for training jobs only
     cpu_quota: float | None = None
+    cpu_limit: CpuLimitReading | None = None  # read for training jobs only
     identity: ContainerIdentity | None = None
 
 

@@ -53,6 +53,7 @@ _WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
 _SYNC_FIELDS = ("sync_ns", "sync_oncpu_ns", "sync_runq_ns", "runq_after_input_ns")
 _CUM_FIELDS = (
     "runq_ns",
+    "throttled_ns",
     "blocked_ns",
     "oncpu_ns",
     "nivcsw",
@@ -86,6 +87,8 @@ class _Cum:
     sync_oncpu_ns: int = 0
     sync_runq_ns: int = 0
     runq_after_input_ns: int = 0
+    # Of runq_ns: held back by its cgroup's CPU limit (threads and groups alike).
+    throttled_ns: int = 0
 
     def add(self, other: _Cum) -> None:
         for f in _CUM_FIELDS:
@@ -141,6 +144,7 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
         sync_oncpu_ns=int(t.sync_oncpu_ns),
         sync_runq_ns=int(t.sync_runq_ns),
         runq_after_input_ns=int(t.runq_after_input_ns),
+        throttled_ns=int(t.throttled_ns),
     )
     pending = None
     out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
@@ -151,6 +155,8 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
     if out_ts and now > out_ts:
         if t.runnable:
             cur.runq_ns += now - out_ts
+            if t.throttled:
+                cur.throttled_ns += now - out_ts
             if in_sync:
                 cur.sync_runq_ns += now - out_ts
         else:
@@ -255,6 +261,7 @@ class SchedIntervals:
             cuda_tgids=rows.cuda_tgids,
             active=rows.active,
             execd=rows.execd,
+            throttle_measured=rows.throttle_measured,
         )
 
     def _woke_deltas(self, tid: int, totals: dict[int, int]) -> tuple[tuple[int, int], ...]:
@@ -302,6 +309,7 @@ class SchedIntervals:
                 sync_runq_ns=d.sync_runq_ns,
                 wait_sync_ns=d.wait_sync_ns,
                 runq_after_input_ns=d.runq_after_input_ns,
+                throttled_ns=d.throttled_ns,
                 other_wakers=self._woke_deltas(tid, woke.get(tid, {})),
                 wait_totals_ns=(
                     base.wait_input_ns,
@@ -342,6 +350,7 @@ class SchedIntervals:
                         int(row.dead_nivcsw),
                         int(row.dead_nvcsw),
                         int(row.dead_missed),
+                        throttled_ns=int(row.dead_throttled_ns),
                     )
                 )
                 longest = _longest(row.longest_ns, row.longest_ep, rows.ended_epoch)
@@ -367,6 +376,7 @@ class SchedIntervals:
                 longest_offcpu_ns=longest,
                 hist=hist_d,
                 missed_switches=d.missed,
+                throttled_ns=d.throttled_ns,
             )
         self._prev_tgid = new_prev
         self._prev_hist = new_prev_hist

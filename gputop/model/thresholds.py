@@ -55,9 +55,13 @@ class Thresholds:
     culprit_share_pct: float = 5.0
     """A process that took less of the job's run-queue time (measured) is never named nor
     put into a fix."""
+    limit_throttled_pct: float = 20.0
+    """The kernel throttled the job's cgroup in this % of the window's CFS periods
+    (``cpu.stat``): a starved job's cause is its limit (``cpu_limit``), and raising it is
+    the first fix."""
     limit_used_pct: float = 90.0
-    """The job using this much of its cgroup CPU limit runs into it: a starved job's cause is
-    its limit (``cpu_limit``), and raising it is the first fix."""
+    """Before the cgroup's counters are read (or where it has none): the job using this much of
+    its cgroup CPU limit runs into it."""
     cpu_saturated_pct: float = 90.0
     """Host CPU use at or above this is called saturated in the evidence."""
     throttle_share_pct: float = 50.0
@@ -128,6 +132,7 @@ _PCT_FIELDS = frozenset(
         "cpu_saturated_pct",
         "throttle_share_pct",
         "culprit_share_pct",
+        "limit_throttled_pct",
         "limit_used_pct",
     }
 )

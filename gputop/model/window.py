@@ -92,6 +92,51 @@ def merge_preemptors(
 
 
 @dataclass(frozen=True, slots=True)
+class LimitAgg:
+    """A cgroup CPU limit and what its ``cpu.stat`` counted over the window."""
+
+    cgroup: str
+    quota_cpus: float
+    limit_file: str
+    burst_cpus: float | None
+    periods: int
+    """CFS periods over the ticks its counters were read (0: not read yet)."""
+    throttled_periods: int
+    throttled_ms: float
+    seconds: float
+    """The time those ticks cover."""
+
+    @property
+    def throttled_periods_pct(self) -> float | None:
+        """The share of periods in which the kernel throttled it; None before any were counted."""
+        return 100.0 * self.throttled_periods / self.periods if self.periods else None
+
+
+def _limit_agg(ps: list[ProcessSample], dts: list[float]) -> LimitAgg | None:
+    last = ps[-1].cpu_limit
+    quota = ps[-1].cpu_quota
+    if last is None or quota is None:
+        return None
+    counted = [
+        (p.cpu_limit, dt)
+        for p, dt in zip(ps, dts, strict=True)
+        if p.cpu_limit is not None
+        and p.cpu_limit.cgroup == last.cgroup
+        and p.cpu_limit.periods is not None
+    ]
+    return LimitAgg(
+        cgroup=last.cgroup,
+        quota_cpus=quota,
+        limit_file=last.file,
+        burst_cpus=last.burst,
+        periods=sum(c.periods or 0 for c, _ in counted),
+        throttled_periods=sum(c.throttled_periods or 0 for c, _ in counted),
+        throttled_ms=sum(c.throttled_ms or 0.0 for c, _ in counted),
+        seconds=sum(dt for _, dt in counted),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ProcAgg:
     """One process averaged over the window (only ticks where it was seen)."""
 
@@ -117,6 +162,12 @@ class ProcAgg:
     gpu_sync_runq_pct: float | None = None
     runq_threads_pct: float | None = None
     """All its threads waiting for a CPU, % of the interval (the base of its preemptors' shares)."""
+    cpu_throttled_pct: float | None = None
+    """Of ``runq_pct``: held back by its cgroup's CPU limit."""
+    cpu_throttled_source: str | None = None
+    """"bpf" (measured) or "cpu.stat" (inferred); None: not told."""
+    limit: LimitAgg | None = None
+    """Its cgroup CPU limit with the kernel's throttling counters summed over the window."""
     gputop: bool = False
     """It is gputop itself."""
 
@@ -263,9 +314,11 @@ def aggregate_gpu(frames: Iterable[Frame], index: int) -> GpuAgg:
 def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
     """Every process seen in these frames, averaged over the ticks it was seen."""
     seen: dict[int, list[ProcessSample]] = {}
+    dts: dict[int, list[float]] = {}
     for f in frames:
         for p in f.processes:
             seen.setdefault(p.pid, []).append(p)
+            dts.setdefault(p.pid, []).append(f.interval)
     out: dict[int, ProcAgg] = {}
     for pid, ps_all in seen.items():
         last = ps_all[-1]
@@ -295,6 +348,11 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             gpu_sync_spin_pct=mean(p.gpu_sync_spin_pct for p in ps),
             gpu_sync_runq_pct=mean(p.gpu_sync_runq_pct for p in ps),
             runq_threads_pct=mean(p.runq_threads_pct for p in ps),
+            cpu_throttled_pct=mean(p.cpu_throttled_pct for p in ps),
+            cpu_throttled_source=next(
+                (p.cpu_throttled_source for p in reversed(ps) if p.cpu_throttled_source), None
+            ),
+            limit=_limit_agg(ps_all, dts[pid]),
             gputop=is_gputop(last.comm, last.cmdline),
         )
     return out

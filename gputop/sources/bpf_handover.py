@@ -44,6 +44,9 @@ class Handover:
     maps: dict[str, MapFd]
     compile_s: float = 0.0
     child_peak_rss_kib: int = 0
+    # The kernel field the program reads to tell throttled time (libbpf_loader.throttle_field);
+    # None: it cannot (bcc's build, or no CFS bandwidth control in this kernel).
+    throttle_field: str | None = None
     _closed: bool = field(default=False, repr=False)
 
     def open_map(self, name: str, key_type: Any, leaf_type: Any) -> BpfMap:

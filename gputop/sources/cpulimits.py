@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from typing import TypedDict
+
+from gputop.model.readings import CpuLimitReading
 
 
 class JobCpuLimits(TypedDict):
@@ -80,39 +83,58 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _quota_v2(base: str, path: str) -> float | None:
-    best: float | None = None
-    parts = [p for p in path.split("/") if p]
-    for depth in range(len(parts), 0, -1):
-        raw = _read(os.path.join(base, *parts[:depth], "cpu.max"))
-        if raw is None:
-            continue
-        fields = raw.split()
-        if len(fields) == 2 and fields[0] != "max":
-            cpus = int(fields[0]) / int(fields[1])
-            best = cpus if best is None else min(best, cpus)
-    return best
+@dataclass(frozen=True, slots=True)
+class _Level:
+    """The cgroup level whose CPU limit is the tightest: where the kernel throttles the job."""
+
+    directory: str
+    quota_cpus: float
+    burst_cpus: float | None
+    v2: bool
 
 
-def _quota_v1(base: str, path: str) -> float | None:
-    best: float | None = None
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _level_v2(base: str, path: str) -> _Level | None:
+    best: _Level | None = None
     parts = [p for p in path.split("/") if p]
     for depth in range(len(parts), 0, -1):
         d = os.path.join(base, *parts[:depth])
-        quota, period = _read(d + "/cpu.cfs_quota_us"), _read(d + "/cpu.cfs_period_us")
-        if quota is None or period is None or int(quota) <= 0:
+        fields = (_read(d + "/cpu.max") or "").split()
+        if len(fields) != 2 or fields[0] == "max":
             continue
-        cpus = int(quota) / int(period)
-        best = cpus if best is None else min(best, cpus)
+        quota, period = int(fields[0]), int(fields[1])
+        cpus = quota / period
+        if best is None or cpus < best.quota_cpus:
+            burst = _int(_read(d + "/cpu.max.burst"))
+            best = _Level(d, cpus, burst / period if burst else None, True)
     return best
 
 
-def cgroup_cpu_quota(proc_root: str, pid: int) -> float | None:
-    """CPUs' worth of time the process's cgroup allows (tightest limit up the tree), or None.
+def _level_v1(base: str, path: str) -> _Level | None:
+    best: _Level | None = None
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), 0, -1):
+        d = os.path.join(base, *parts[:depth])
+        quota, period = _int(_read(d + "/cpu.cfs_quota_us")), _int(_read(d + "/cpu.cfs_period_us"))
+        if quota is None or period is None or quota <= 0:
+            continue
+        cpus = quota / period
+        if best is None or cpus < best.quota_cpus:
+            burst = _int(_read(d + "/cpu.cfs_burst_us"))
+            best = _Level(d, cpus, burst / period if burst else None, False)
+    return best
 
-    cgroup v2 ``cpu.max`` and v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``; None where
-    no level sets a limit or the hierarchy cannot be read.
-    """
+
+def _limit_level(proc_root: str, pid: int) -> _Level | None:
+    """The tightest CPU limit up the process's cgroup tree (v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us``/``cpu.cfs_period_us``); None where no level sets one or the
+    hierarchy cannot be read."""
     raw = _read(f"{proc_root}/{pid}/cgroup")
     if raw is None:
         return None
@@ -122,9 +144,9 @@ def cgroup_cpu_quota(proc_root: str, pid: int) -> float | None:
         controllers, _, path = rest.partition(":")
         try:
             if hid == "0" and controllers == "" and v2 is not None:
-                got = _quota_v2(v2, path)
+                got = _level_v2(v2, path)
             elif "cpu" in controllers.split(",") and v1 is not None:
-                got = _quota_v1(v1, path)
+                got = _level_v1(v1, path)
             else:
                 continue
         except (ValueError, ZeroDivisionError):
@@ -132,6 +154,80 @@ def cgroup_cpu_quota(proc_root: str, pid: int) -> float | None:
         if got is not None:
             return got
     return None
+
+
+def cgroup_cpu_quota(proc_root: str, pid: int) -> float | None:
+    """CPUs' worth of time the process's cgroup allows (tightest limit up the tree), or None."""
+    level = _limit_level(proc_root, pid)
+    return None if level is None else level.quota_cpus
+
+
+def parse_cpu_stat(text: str | None, v2: bool) -> tuple[int, int, int] | None:
+    """(periods, throttled periods, throttled ns) from a ``cpu.stat``; None if absent.
+
+    v2 counts throttled time in ``throttled_usec``, v1 in ``throttled_time`` (ns).
+    """
+    if text is None:
+        return None
+    kv: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        got = _int(value.strip())
+        if got is not None:
+            kv[key] = got
+    try:
+        throttled_ns = kv["throttled_usec"] * 1000 if v2 else kv["throttled_time"]
+        return kv["nr_periods"], kv["nr_throttled"], throttled_ns
+    except KeyError:
+        return None
+
+
+class CpuLimitReader:
+    """Each job cgroup's CPU limit and its throttling counters, read once per cgroup per tick.
+
+    ``begin()`` starts a tick; ``limit(pid)`` gives the process's ``CpuLimitReading``
+    with the counters' change since the previous tick (None the first time a cgroup
+    is seen). Counters of cgroups not read in a tick are forgotten.
+    """
+
+    def __init__(self, proc_root: str) -> None:
+        self.proc_root = proc_root
+        self._prev: dict[str, tuple[int, int, int]] = {}
+        self._now: dict[str, tuple[int, int, int]] = {}
+        self._tick: dict[str, CpuLimitReading] = {}
+
+    def begin(self) -> None:
+        """A new tick: read each cgroup again; drop the counters of those not read last tick."""
+        self._prev = self._now
+        self._now = {}
+        self._tick = {}
+
+    def limit(self, pid: int) -> CpuLimitReading | None:
+        """The process's CPU limit with this tick's throttling counters; None where none is set."""
+        level = _limit_level(self.proc_root, pid)
+        if level is None:
+            return None
+        got = self._tick.get(level.directory)
+        if got is not None:
+            return got
+        stat = parse_cpu_stat(_read(level.directory + "/cpu.stat"), level.v2)
+        prev = self._prev.get(level.directory)
+        delta = None
+        if stat is not None:
+            self._now[level.directory] = stat
+            if prev is not None and all(a >= b for a, b in zip(stat, prev, strict=True)):
+                delta = tuple(a - b for a, b in zip(stat, prev, strict=True))
+        got = CpuLimitReading(
+            cgroup=level.directory,
+            quota_cpus=level.quota_cpus,
+            burst_cpus=level.burst_cpus,
+            limit_file="cpu.max" if level.v2 else "cpu.cfs_quota_us",
+            periods=None if delta is None else delta[0],
+            throttled_periods=None if delta is None else delta[1],
+            throttled_ns=None if delta is None else delta[2],
+        )
+        self._tick[level.directory] = got
+        return got
 
 
 def job_cpu_limits(proc_root: str, pid: int) -> JobCpuLimits:

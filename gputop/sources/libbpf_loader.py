@@ -112,6 +112,9 @@ def _declare(lib: Any) -> None:
         "bpf_program__name": (cp, [vp]),
         "bpf_program__fd": (ctypes.c_int, [vp]),
         "btf__type_by_id": (ctypes.POINTER(_BtfType), [vp, u32]),
+        "btf__load_vmlinux_btf": (vp, []),
+        "btf__find_by_name_kind": (ctypes.c_int, [vp, cp, u32]),
+        "btf__free": (None, [vp]),
         "btf__name_by_offset": (cp, [vp, u32]),
         "libbpf_version_string": (cp, []),
         "libbpf_set_print": (vp, [_PRINT_FN]),
@@ -201,6 +204,33 @@ def _struct_desc(lib: Any, btf: Any, type_id: int) -> Any:
     return None
 
 
+def throttle_field(lib: Any) -> str | None:
+    """The kernel field the probe reads to tell a throttled task (its cgroup's CPU limit).
+
+    ``task_struct.throttled`` (Linux 6.18+, task-based throttling), else
+    ``cfs_rq.throttle_count`` through ``sched_entity.cfs_rq``; None where this
+    kernel's BTF has neither (no CONFIG_CFS_BANDWIDTH): the probe then cannot
+    tell throttled time from other run-queue time.
+    """
+    btf = lib.btf__load_vmlinux_btf()
+    if not btf:
+        return None
+    try:
+
+        def has(struct: str, member: str) -> bool:
+            type_id = lib.btf__find_by_name_kind(btf, struct.encode(), _KIND_STRUCT)
+            desc = _struct_desc(lib, btf, type_id) if type_id > 0 else None
+            return desc is not None and any(f[0] == member for f in desc[1])
+
+        if has("task_struct", "throttled"):
+            return "task_struct.throttled"
+        if has("sched_entity", "cfs_rq") and has("cfs_rq", "throttle_count"):
+            return "cfs_rq.throttle_count"
+        return None
+    finally:
+        lib.btf__free(btf)
+
+
 def _iterate(fn: Any, obj: Any) -> Iterable[Any]:
     cur = fn(obj, None)
     while cur:
@@ -264,7 +294,12 @@ def load(
     finally:
         # The duplicated fds keep programs and maps alive; libbpf's memory goes now.
         lib.bpf_object__close(obj)
-    ho = Handover(programs=programs, attachments=attachments, maps=maps)
+    ho = Handover(
+        programs=programs,
+        attachments=attachments,
+        maps=maps,
+        throttle_field=throttle_field(lib),
+    )
     try:
         for a in attach:
             attachments[a.key] = _attach(programs, a)

@@ -57,6 +57,8 @@ class ProbeMaps:
         self._watched: set[int] = set()
         self.errors_seen = 0
         self._reads = 0
+        # The program tells throttled run-queue time apart (its loader read this kernel's field).
+        self.throttle_measured = False
         if pipeline is not None:
             self.want(pipeline)
 
@@ -90,6 +92,7 @@ class ProbeMaps:
             execd=execd,
             map_errors=self._new_errors(maps),
             baseline_only=not self._primed,
+            throttle_measured=self.throttle_measured,
         )
         self._primed = True
         self._free_stale_waiters(maps, tgid_of.keys())

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from gputop.model.frame import HostSample, SourceStatus, ThreadSample
 from gputop.model.readings import ProcDetail, ProcScan, ProcStat
-from gputop.sources.cpulimits import cgroup_cpu_quota, cpus_allowed
+from gputop.sources.cpulimits import CpuLimitReader, cpus_allowed
 
 _PF_KTHREAD = 0x00200000
 _CMDLINE_MAX = 4096
@@ -137,6 +137,7 @@ class ProcSource:
         # those with a CPU share above 0 in the last scan.
         self._stats: dict[int, ProcStat] = {}
         self._busy: set[int] = set()
+        self._limits = CpuLimitReader(self.root)
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
             self.root + "/1/schedstat"
@@ -359,6 +360,7 @@ class ProcSource:
         and cgroup quota: read for training jobs, whose fixes need them).
         """
         out: dict[int, ProcDetail] = {}
+        self._limits.begin()
         for pid, limits in wanted.items():
             st = scan.procs.get(pid)
             if st is None:
@@ -382,6 +384,7 @@ class ProcSource:
         prev.detailed = True
         if prev.user is None:
             prev.user = self._user(st.pid)
+        limit = self._limits.limit(st.pid) if limits else None
         return ProcDetail(
             cmdline=self.cmdline(st.pid, st.start) or f"[{st.comm}]",
             user=prev.user,
@@ -393,7 +396,8 @@ class ProcSource:
             vcsw_total=prev.vcsw_total,
             preempt_total=prev.preempt_total,
             cpus_allowed=cpus_allowed(self.root, st.pid) if limits else None,
-            cpu_quota=cgroup_cpu_quota(self.root, st.pid) if limits else None,
+            cpu_quota=None if limit is None else limit.quota_cpus,
+            cpu_limit=limit,
         )
 
     def _read_threads(self, pid: int, prev: _ProcPrev, dt: float | None) -> _ThreadPass:

@@ -252,6 +252,7 @@ class BpfSchedProbe:
             self._handover = ho
             self.cuda = CudaProbes(ho.programs, ho.attachments, self.proc_root)
             self._maps = ProbeMaps(maps, self.cuda, self.proc_root, self._pipeline)
+            self._maps.throttle_measured = ho.throttle_field is not None
             self.loader = loader
             events = (a.partition(":") for a in ho.attachments)
             self.irq_tracepoints = tuple(

@@ -15,6 +15,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +26,7 @@ import pytest
 
 from gputop.model.window import is_gputop
 from tests.bpfutil import why_no_bcc_probe
-from tests.cgrouputil import cpu_hierarchy, cpu_limited_cgroup
+from tests.cgrouputil import CpuLimitedCgroup, cpu_hierarchy, cpu_limited_cgroup
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.harness import gputop_cmd
 from tests.recordutil import record_until
@@ -60,6 +62,33 @@ def _hog(on: bool) -> Iterator[subprocess.Popen[bytes] | None]:
     finally:
         p.kill()
         p.wait()
+
+
+@contextmanager
+def _kernel_counts(cg: CpuLimitedCgroup) -> Iterator[list[tuple[float, int, int]]]:
+    """The cgroup's own (wall time, periods, throttled periods), read every 0.1 s meanwhile."""
+    got: list[tuple[float, int, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            got.append((time.time(), *cg.throttling()))
+            stop.wait(0.1)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        yield got
+    finally:
+        stop.set()
+        th.join()
+
+
+def _kernel_share(counts: list[tuple[float, int, int]], start: float, end: float) -> float:
+    """% of the periods between wall times ``start`` and ``end`` the kernel throttled it in."""
+    a = min(counts, key=lambda c: abs(c[0] - start))
+    b = min(counts, key=lambda c: abs(c[0] - end))
+    return 100.0 * (b[2] - a[2]) / max(1, b[1] - a[1])
 
 
 def _bpf_frames(frames: list[dict[str, Any]]) -> int:
@@ -105,30 +134,53 @@ def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_rai
             tmp_path / "nvml",
             [FakeGpu(util=[97], sm_util=[10], power_w=[150], processes=[FakeProc(pid=loop.pid)])],
         )
-        with _hog(with_hog) as hog:
-            periods0, throttled0 = cg.throttling()
+        with _hog(with_hog) as hog, _kernel_counts(cg) as counts:
             frames = _record(fake.env())
-            periods1, throttled1 = cg.throttling()
     # The kernel's truth: the limit held the job back in most of its periods.
+    (_, periods0, throttled0), (_, periods1, throttled1) = counts[0], counts[-1]
     assert (throttled1 - throttled0) / max(1, periods1 - periods0) >= 0.5
     assert _bpf_frames(frames) >= BPF_FRAMES, [f["sources"] for f in frames]
     verdicts = [f["verdicts"][0] for f in frames]
     last = verdicts[-1]
     why = "\n".join([f"{last['state']} {last['cause']}", *last["evidence"], *last["fixes"]])
+    # Named from the third tick on (the first has no rates, the second the first counts).
     assert all(
-        (v["state"], v["cause"]) == ("busy_but_starving", "cpu_limit") for v in verdicts[-6:]
-    ), why
+        (v["state"], v["cause"]) == ("busy_but_starving", "cpu_limit") for v in verdicts[2:]
+    ), [(v["state"], v["cause"]) for v in verdicts]
 
-    # The limit line, with the job's use of it (the kernel caps it at 0.25).
-    used = re.search(
-        rf"its cgroup allows {QUOTA:g} CPUs \(cpu.max or cpu.cfs_quota_us\) and the trainer and"
-        r" its 2 DataLoader workers used (\d+\.\d+) of them",
-        "\n".join(last["evidence"]),
+    # The limit line: its counts agree with what the cgroup's own cpu.stat said over the
+    # same window, within 5 points; the job's use of it (the kernel caps it at 0.25).
+    line = next(e for e in last["evidence"] if e.startswith("its CPU limit holds it back"))
+    m = re.search(
+        rf"its cgroup allows {QUOTA:g} CPUs \(cpu\.(?:max|cfs_quota_us)\) and the kernel"
+        r" throttled it in (\d+)% of its periods over the last 10 s \(cpu.stat: (\d+) of (\d+),"
+        r" [\d.]+ s throttled over its CPUs\); the trainer and its 2 DataLoader workers used"
+        r" (\d+\.\d+) CPUs and were held back by it (\d+)% of their time \((measured|inferred) ",
+        line,
     )
-    assert used is not None and 0.18 <= float(used.group(1)) <= 0.3, why
+    assert m is not None, line
+    window = [f for f in frames if frames[-1]["t"] - f["t"] < WINDOW_S]
+    kernel = _kernel_share(counts, window[0]["t"] - window[0]["interval"], frames[-1]["t"])
+    assert abs(int(m.group(1)) - kernel) <= 5.0, (kernel, line)
+    assert 0.18 <= float(m.group(4)) <= 0.3, line
     assert last["fixes"][0].startswith(
         f"raise the job's CPU limit: its cgroup allows {QUOTA:g} CPUs and the job uses all of it"
     ), why
+
+    # Throttled time is run-queue time nobody took: never more than the run-queue share;
+    # on the idle host nearly all of the workers' wait for a CPU is their limit.
+    workers = [
+        p for f in window for p in f["processes"] if p["role"] == "dataloader" and p["pid"] in job
+    ]
+    source = "bpf" if m.group(6) == "measured" else "cpu.stat"
+    assert workers and all(p["cpu_limit"]["throttled_source"] == source for p in workers), workers[
+        :1
+    ]
+    assert all(p["cpu_throttled_pct"] <= p["runq_pct"] + 0.5 for p in workers), workers
+    throttled = sum(p["cpu_throttled_pct"] for p in workers) / len(workers)
+    runq = sum(p["runq_pct"] for p in workers) / len(workers)
+    if not with_hog:
+        assert throttled >= 0.8 * runq and throttled >= 30.0, (throttled, runq)
 
     # gputop is in no fix; nobody under the floor is named anywhere; whoever is named is
     # named with the share the frames measured.
@@ -154,6 +206,32 @@ def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_rai
             assert f"pid {hog.pid} python" in last["fixes"][2], why
         elif share <= FLOOR_PCT - 1.0:
             assert f"pid {hog.pid}" not in text, (share, why)
+
+
+@pytest.mark.torch
+def test_the_same_job_without_a_limit_beside_a_hog_is_starved_by_the_hog_not_throttled(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch", reason="needs the CPU PyTorch wheel (the torch extra)")
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+    with running_loop(tmp_path, LOOP) as (loop, _stats), _hog(True) as hog:
+        assert hog is not None
+        fake = FakeNvml(
+            tmp_path / "nvml",
+            [FakeGpu(util=[97], sm_util=[10], power_w=[150], processes=[FakeProc(pid=loop.pid)])],
+        )
+        frames = _record(fake.env())
+    assert _bpf_frames(frames) >= BPF_FRAMES, [f["sources"] for f in frames]
+    last = frames[-1]["verdicts"][0]
+    text = "\n".join([*last["evidence"], *last["fixes"]])
+    assert (last["state"], last["cause"]) == ("busy_but_starving", "cpu_contention"), text
+    assert "throttl" not in text and "CPU limit" not in text, text
+    job = [p for f in frames for p in f["processes"] if p["role"] in ("trainer", "dataloader")]
+    assert job and all(p["cpu_throttled_pct"] is None and p["cpu_quota"] is None for p in job), (
+        "no limit: nothing throttled is claimed"
+    )
+    assert f"pid {hog.pid}" in text, text
 
 
 def _record(env: dict[str, str]) -> list[dict[str, Any]]:

@@ -159,8 +159,10 @@ def _sleeper_window(probe: BpfSchedProbe, n: int, s: float) -> tuple[ProbeReadin
         assert child.stdout.readline() == "ready\n"
         time.sleep(0.05)  # let it block on stdin
         intervals = Intervals(probe)
-        intervals.read()
+        # The window starts inside read(), at its clock reading, before the maps are read
+        # and the pipeline and uprobes updated (tens of ms on a loaded machine): so before it.
         t_first = time.monotonic_ns()
+        intervals.read()
         child.stdin.write("go\n")
         child.stdin.flush()
         t_go = time.monotonic_ns()
@@ -172,7 +174,7 @@ def _sleeper_window(probe: BpfSchedProbe, n: int, s: float) -> tuple[ProbeReadin
         kill_all([child])  # type: ignore[list-item]
     assert r is not None
     # Its window also holds the moments around the loop in which it waited on
-    # stdin: at most the time between our probe read and our "go", and between
+    # stdin: at most the time between the start of our probe read and our "go", and between
     # its answer and our second read (plus the wakeups' scheduling delay).
     slack_ns = (t_go - t_first) + (t_read - t_done) + 20_000_000
     return r, child.pid, slept_ns, slack_ns

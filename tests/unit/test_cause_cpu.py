@@ -6,7 +6,7 @@ from __future__ import annotations
 from gputop.model import cause_cpu
 from gputop.model.causes import Judgement
 from gputop.model.thresholds import Thresholds
-from gputop.model.window import ProcAgg
+from gputop.model.window import LimitAgg, ProcAgg
 from tests.aggregates import GPUTOP, gputop, host, job, other, side, took, trainer, worker
 
 T = Thresholds()
@@ -175,3 +175,67 @@ def test_the_limits_use_counts_the_processes_under_it_not_thread_rows() -> None:
     )
     assert cause_cpu.limit_binds(job(t), T) is None, "0.2 of 0.5: the job does not reach it"
     assert cause_cpu.job_limit(job(trainer())) is None, "no limit read"
+
+
+def counted(periods: int, throttled: int, throttled_s: float, burst: float | None = None):  # type: ignore[no-untyped-def]
+    """The limit's own counters over a 10 s window (its cgroup's cpu.stat)."""
+    return LimitAgg(
+        cgroup="/sys/fs/cgroup/cpu/job",
+        quota_cpus=0.25,
+        limit_file="cpu.cfs_quota_us",
+        burst_cpus=burst,
+        periods=periods,
+        throttled_periods=throttled,
+        throttled_ms=throttled_s * 1000.0,
+        seconds=10.0,
+    )
+
+
+def with_counters(j, limit, throttled_pct=None, source=None):  # type: ignore[no-untyped-def]
+    """The job with its limit's counters on the trainer and a throttled share on each process."""
+    from dataclasses import replace
+
+    return replace(
+        j,
+        trainers=tuple(
+            replace(p, limit=limit, cpu_throttled_pct=throttled_pct, cpu_throttled_source=source)
+            for p in j.trainers
+        ),
+        workers=tuple(
+            replace(p, limit=limit, cpu_throttled_pct=throttled_pct, cpu_throttled_source=source)
+            for p in j.workers
+        ),
+    )
+
+
+def test_the_kernels_own_count_of_throttled_periods_names_the_limit_with_the_measured_share() -> (
+    None
+):
+    v = judge(with_counters(capped_job(), counted(100, 96, 17.3), 64.0, "bpf"))
+    assert v.cause == "cpu_limit"
+    assert v.evidence[1] == (
+        "its CPU limit holds it back: its cgroup allows 0.25 CPUs (cpu.cfs_quota_us) and the"
+        " kernel throttled it in 96% of its periods over the last 10 s (cpu.stat: 96 of 100,"
+        " 17.3 s throttled over its CPUs); the trainer and its 2 DataLoader workers used 0.25"
+        " CPUs and were held back by it 64% of their time (measured at each switch-out)"
+    )
+    assert v.fixes[0].startswith("raise the job's CPU limit")
+
+
+def test_an_inferred_throttled_share_says_so_and_a_burst_is_quoted() -> None:
+    v = judge(with_counters(capped_job(), counted(100, 50, 6.0, burst=0.1), 30.0, "cpu.stat"))
+    assert v.cause == "cpu_limit"
+    assert "allows 0.25 CPUs plus a burst of 0.1 (cpu.cfs_quota_us)" in v.evidence[1]
+    assert v.evidence[1].endswith(
+        "held back by it 30% of their time (inferred from cpu.stat and their run-queue time)"
+    )
+
+
+def test_a_limit_the_kernel_never_throttles_is_not_the_cause_however_much_of_it_is_used() -> None:
+    # Using 101% of it by /proc's count, but the kernel throttled it in 1 period of 100:
+    # other processes starve the job, not its limit.
+    starved_by_hog = capped_job(HOG, worker_took=((900, "python3", 60.0),))
+    v = judge(with_counters(starved_by_hog, counted(100, 1, 0.01), 0.0, "bpf"))
+    assert v.cause == "cpu_contention"
+    assert "throttled" not in "\n".join(v.evidence)
+    assert not v.fixes[0].startswith("raise the job's CPU limit")

@@ -93,3 +93,42 @@ def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(UsageError, match="--listen"):
         parse_listen(text)
+
+
+def test_a_jobs_cpu_limit_and_its_throttling_are_exported_where_known() -> None:
+    from dataclasses import replace
+
+    from gputop.model.frame import CpuLimitSample
+    from tests.exportutil import FRAME
+
+    trainer, worker, *rest = FRAME.processes
+    frame = replace(
+        FRAME,
+        processes=(
+            replace(
+                trainer,
+                cpu_quota=0.25,
+                cpu_throttled_pct=22.5,
+                cpu_limit=CpuLimitSample(
+                    "/sys/fs/cgroup/cpu/job", "cpu.max", None, 10, 9, 80.0, "bpf"
+                ),
+            ),
+            replace(
+                worker,
+                cpu_quota=0.25,
+                cpu_throttled_pct=61.0,
+                cpu_limit=CpuLimitSample(
+                    "/sys/fs/cgroup/cpu/job", "cpu.max", throttled_source="cpu.stat"
+                ),
+            ),
+            *rest,
+        ),
+    )
+    f = scrape_collector(frame)
+    assert one(f, "gputop_process_cpu_limit_cpus", pid="100") == 0.25
+    assert one(f, "gputop_process_cpu_throttled_percent", pid="100", source="bpf") == 22.5
+    assert one(f, "gputop_process_cpu_throttled_percent", pid="101", source="cpu.stat") == 61.0
+    assert one(f, "gputop_process_cpu_throttled_periods_percent", pid="100") == 90.0
+    # No limit, no series (not a zero): the GPU user outside the job, and the worker's periods.
+    assert "200" not in {s.labels["pid"] for s in f["gputop_process_cpu_limit_cpus"]}
+    assert "101" not in {s.labels["pid"] for s in f["gputop_process_cpu_throttled_periods_percent"]}

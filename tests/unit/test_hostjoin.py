@@ -244,3 +244,52 @@ def test_gpu_sync_is_null_unless_the_processs_cuda_library_was_probed() -> None:
     t = rows[TRAINER]
     assert (t.gpu_sync_pct, t.gpu_sync_spin_pct, t.gpu_sync_runq_pct) == (60.0, 10.0, 5.0)
     assert rows[WORKER].gpu_sync_pct == 0.0, "probed and never waited: a measured 0"
+
+
+def _limited(j: HostJoin, s: ProcScan, probe: ProbeReading | None, runq: dict[int, float]):  # type: ignore[no-untyped-def]
+    """One tick of a job whose cgroup (0.25 CPUs) the kernel throttled for 600 ms summed over
+    its CPUs in the interval; each process's main thread waited ``runq[pid]`` % for a CPU."""
+    from dataclasses import replace
+
+    from gputop.model.readings import CpuLimitReading
+
+    limit = CpuLimitReading(
+        cgroup="/sys/fs/cgroup/cpu/job", quota_cpus=0.25, limit_file="cpu.cfs_quota_us",
+        periods=10, throttled_periods=9, throttled_ns=600 * MS,
+    )  # fmt: skip
+    choice = j.choose(s, 1.0, (), lambda pid, start: "python train.py")
+    details = {
+        pid: replace(detail(thread(pid, runq=runq.get(pid, 0.0))), cpu_quota=0.25, cpu_limit=limit)
+        for pid in choice.detail
+    }
+    return {p.pid: p for p in j.join(s, choice, details, {}, probe).processes}
+
+
+def test_without_the_probes_measure_the_throttled_share_is_inferred_from_cpu_stat() -> None:
+    # 600 ms throttled of the 1000 ms the job's threads waited for a CPU in all (700 + 300):
+    # 60 % of each one's run-queue time was its limit.
+    rows = _limited(HostJoin(), job(), None, {TRAINER: 70.0, WORKER: 30.0})
+    t, w = rows[TRAINER], rows[WORKER]
+    assert (t.cpu_throttled_pct, t.cpu_throttled_source) == (42.0, "cpu.stat")
+    assert (w.cpu_throttled_pct, w.cpu_throttled_source) == (18.0, "cpu.stat")
+    lim = t.cpu_limit
+    assert lim is not None
+    assert (lim.periods, lim.throttled_periods, lim.throttled_ms) == (10, 9, 600.0)
+    assert (lim.file, lim.cgroup) == ("cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/job")
+    assert rows[HOG].cpu_throttled_pct is None and rows[HOG].cpu_limit is None
+
+
+def test_the_probes_measured_throttled_time_is_taken_as_is() -> None:
+    main = TaskSched(runq_ns=500 * MS, throttled_ns=450 * MS, oncpu_ns=500 * MS)
+    probe = ProbeReading(
+        dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main}, throttle_measured=True
+    )
+    rows = _limited(HostJoin(), job(), probe, {TRAINER: 70.0, WORKER: 30.0})
+    t, w = rows[TRAINER], rows[WORKER]
+    assert (t.runq_pct, t.cpu_throttled_pct, t.cpu_throttled_source) == (50.0, 45.0, "bpf")
+    # The worker's thread had no probe row this interval: inferred from what is left.
+    assert w.cpu_throttled_source == "cpu.stat"
+    # A probe that cannot tell (bcc's build): inferred for both.
+    unmeasured = ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main})
+    rows = _limited(HostJoin(), job(), unmeasured, {TRAINER: 70.0, WORKER: 30.0})
+    assert rows[TRAINER].cpu_throttled_source == "cpu.stat"

@@ -312,3 +312,30 @@ def test_the_reading_carries_what_the_probe_saw_besides_the_totals() -> None:
         frozenset({8}),
         3,
     )
+
+
+def test_a_throttled_stretch_is_run_queue_time_kept_apart_in_progress_and_after() -> None:
+    acc = SchedIntervals()
+    # Held back by its cgroup's limit since 900 ms (switched out throttled).
+    acc.update(rows(1000, {10: thread(10, nivcsw=1, out_ts=900 * MS, runnable=1, throttled=1)}))
+    r = acc.update(rows(2000, {10: thread(10, nivcsw=1, out_ts=900 * MS, runnable=1, throttled=1)}))
+    assert (r.per_tid[10].runq_ns, r.per_tid[10].throttled_ns) == (1000 * MS, 1000 * MS)
+    # Back on a CPU at 2050: the kernel booked the 1150 ms stretch as run-queue and throttled.
+    done = thread(10, nivcsw=1, runq_ns=1150 * MS, throttled_ns=1150 * MS, in_ts=2050 * MS)
+    r = acc.update(rows(3000, {10: done}))
+    assert (r.per_tid[10].runq_ns, r.per_tid[10].throttled_ns) == (50 * MS, 50 * MS)
+    # Then preempted at 3500 (not throttled): run-queue time only.
+    pre = thread(10, nivcsw=2, runq_ns=1150 * MS, throttled_ns=1150 * MS, out_ts=3500 * MS,
+                 runnable=1, throttled=0, oncpu_ns=1450 * MS)  # fmt: skip
+    r = acc.update(rows(4000, {10: pre}, {10: group()}))
+    assert (r.per_tid[10].runq_ns, r.per_tid[10].throttled_ns) == (500 * MS, 0)
+
+
+def test_a_process_keeps_the_throttled_time_of_its_exited_threads() -> None:
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nivcsw=1)}, {10: group()}))
+    r = acc.update(
+        rows(2000, {10: thread(10, nivcsw=1)}, {10: group(dead_runq_ns=300 * MS,
+                                                           dead_throttled_ns=200 * MS)})
+    )  # fmt: skip
+    assert (r.per_tgid[10].runq_ns, r.per_tgid[10].throttled_ns) == (300 * MS, 200 * MS)

@@ -173,3 +173,31 @@ def test_a_malformed_wait_field_is_refused(field: str, value: Any) -> None:
     bad["processes"][0][field] = value
     with pytest.raises(ValueError, match="malformed frame"):
         Frame.from_dict(bad)
+
+
+def test_a_cpu_limit_with_its_throttling_round_trips_and_a_malformed_one_is_refused() -> None:
+    limited = copy.deepcopy(GOOD)
+    limited["processes"][0].update(
+        cpu_quota=0.25,
+        cpu_throttled_pct=61.5,
+        cpu_limit={
+            "cgroup": "/sys/fs/cgroup/kubepods/pod1",
+            "file": "cpu.max",
+            "burst": None,
+            "periods": 10,
+            "throttled_periods": 9,
+            "throttled_ms": 712.0,
+            "throttled_source": "bpf",
+        },
+    )
+    f = Frame.from_dict(limited)
+    p = f.processes[0]
+    assert p.cpu_limit is not None and p.cpu_limit.throttled_periods == 9
+    assert (p.cpu_throttled_pct, p.cpu_throttled_source) == (61.5, "bpf")
+    assert Frame.from_dict(f.to_dict()) == f
+    assert f.to_dict()["processes"][0]["cpu_limit"]["throttled_ms"] == 712.0
+    # Written before it existed: no limit known.
+    assert Frame.from_dict(GOOD).processes[0].cpu_limit is None
+    limited["processes"][0]["cpu_limit"]["periods"] = "10"
+    with pytest.raises(ValueError, match="malformed frame"):
+        Frame.from_dict(limited)
