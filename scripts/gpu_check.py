@@ -140,7 +140,7 @@ def check_doctor(run: Run) -> list[Result]:
         Result(
             "doctor",
             "PASS",
-            f"NVML, GPM on {gpm} GPU(s), eBPF probe ({loader[:40]})",
+            f"NVML, GPM on {gpm} GPU(s), eBPF probe ({loader.partition(':')[0]})",
             {"rows": rows},
         )
     ]
@@ -208,11 +208,20 @@ def _verdict(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
     return vs[-1] if vs else None
 
 
+def verdict_line(v: dict[str, Any]) -> str:
+    """A verdict in a summary line: its state, its cause, its first evidence shortened."""
+    cause = f" ({v['cause']})" if v.get("cause") else ""
+    evidence = (v.get("evidence") or [""])[0]
+    if len(evidence) > 64:
+        evidence = evidence[:64].rpartition(",")[0] + ", ..."
+    return f"{v['state']}{cause}: {evidence}"
+
+
 def check_gpubound(run: Run) -> list[Result]:
     v = _verdict(gpubound_run(run)["frames"])
     if v is None:
         return [Result("gpubound", "FAIL", "no verdict")]
-    detail = f"{v['state']} ({v.get('cause')}): {(v['evidence'] or [''])[0][:70]}"
+    detail = verdict_line(v)
     return [Result("gpubound", "PASS" if v["state"] == "ok" else "FAIL", detail, {"verdict": v})]
 
 
@@ -227,7 +236,7 @@ def check_starved(run: Run) -> list[Result]:
     if v is None:
         return [Result("starved", "FAIL", "no verdict")]
     ok = v["state"] in ("busy_but_starving", "input_bound") and v.get("cause") == "cpu_contention"
-    detail = f"{v['state']} ({v.get('cause')}): {(v['evidence'] or [''])[0][:70]}"
+    detail = verdict_line(v)
     return [Result("starved", "PASS" if ok else "FAIL", detail, {"verdict": v})]
 
 

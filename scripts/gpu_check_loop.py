@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     kind = [args.kind]
 
     def control() -> None:
-        for line in sys.stdin:
+        # A file of its own on the same pipe: a DataLoader worker forked while this
+        # thread holds sys.stdin's lock would hang closing it (multiprocessing does).
+        for line in open(os.dup(sys.stdin.fileno())):
             word, _, value = line.strip().partition(" ")
             if word == "kind" and value in KINDS:
                 kind[0] = value

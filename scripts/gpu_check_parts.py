@@ -8,6 +8,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import gpu_bundle  # noqa: E402
 
 LOOP = ROOT / "scripts" / "gpu_check_loop.py"
 INTERVAL_S = 0.5
+READY_S = 90.0  # PyTorch, CUDA and the DataLoader workers starting
 # What gputop itself imports (pyproject.toml's dependencies, by module).
 NEEDED_MODULES = ("textual", "pynvml", "psutil", "prometheus_client", "plotext", "textual_plotext")
 
@@ -146,10 +148,12 @@ def loop_running(run: Run, tag: str, *args: str) -> Iterator[tuple[subprocess.Po
         )
     try:
         assert p.stdout is not None
-        if p.stdout.readline() != "ready\n":
-            p.wait(timeout=10)
+        started, _, _ = select.select([p.stdout], [], [], READY_S)
+        if not started or p.stdout.readline() != "ready\n":
+            _kill(p)
             tail = errors.read_text().strip().splitlines()
-            raise CheckError(f"the loop did not start: {tail[-1] if tail else p.returncode}")
+            why = tail[-1] if tail else f"no step within {READY_S:.0f} s"
+            raise CheckError(f"the loop did not start: {why}")
         yield p, out
     finally:
         _kill(p)
@@ -185,7 +189,10 @@ class Recorder:
     path: Path
 
     def frames(self) -> list[dict[str, Any]]:
-        out = []
+        """The whole frames written so far (none before gputop opens the file)."""
+        out: list[dict[str, Any]] = []
+        if not self.path.exists():
+            return out
         for line in self.path.read_text().splitlines(keepends=True):
             if line.endswith("\n"):
                 out.append(json.loads(line))

@@ -205,3 +205,16 @@ def test_the_bundle_carries_gputops_runtime_dependencies_for_each_python(
     real = bundle.runtime_requirements("3.12")
     names = {r.split(">")[0].split("=")[0].split("<")[0] for r in real}
     assert {"textual", "nvidia-ml-py", "psutil"} <= names
+
+
+def test_a_verdict_line_names_its_state_cause_and_first_evidence() -> None:
+    v = {
+        "state": "busy_but_starving",
+        "cause": "cpu_contention",
+        "evidence": ["GPU 0: GPU_UTIL 97%, SM activity 12%, efficiency 0.12, power 140 W of 700 W"],
+    }
+    assert check.verdict_line(v) == (
+        "busy_but_starving (cpu_contention): GPU 0: GPU_UTIL 97%, SM activity 12%,"
+        " efficiency 0.12, ..."
+    )
+    assert check.verdict_line({"state": "ok", "cause": None, "evidence": []}) == "ok: "
