@@ -8,9 +8,9 @@
 # The Python is the machine's own (with PyTorch): $GPUCHECK_PYTHON, else this checkout's
 # .venv where there is one, else python3.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+root=$(cd "$(dirname "$0")/.." && pwd)
 py=${GPUCHECK_PYTHON:-}
 if [ -z "$py" ]; then
-  if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
+  if [ -x "$root/.venv/bin/python" ]; then py=$root/.venv/bin/python; else py=python3; fi
 fi
-exec "$py" scripts/gpu_check.py "$@"
+exec "$py" "$root/scripts/gpu_check.py" "$@"
