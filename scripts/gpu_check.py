@@ -417,7 +417,6 @@ def _jsonable(o: object) -> object:
 
 
 def run_checks(selected: list[str], fake: bool, out_dir: Path, budget_s: float) -> int:
-    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpucheck-") as tmp:
         run = Run(fake, Path(tmp), budget_s)
         results: list[Result] = []
@@ -467,14 +466,24 @@ def _usage(message: str) -> int:
     return 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (no usage block), status 2."""
+
+    def error(self, message: str) -> Any:
+        raise SystemExit(_usage(message))
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gpu_check.sh", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="gpu_check.sh", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("gpucheck-out"), help="where the tarball goes")
     ap.add_argument("--only", default=None, help="run only these checks (comma-separated)")
     ap.add_argument("--fake", action="store_true", help="no GPU: the fake NVML and libcuda")
     ap.add_argument("--dry-run", action="store_true", help="list the checks and exit")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="stop starting checks after")
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
     selected = list(NAMES)
     if args.only is not None:
         selected = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -492,6 +501,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if os.geteuid() != 0:
         return _usage("needs root (gputop's eBPF probe, uprobe counters)")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _usage(f"--out {args.out}: {exc.strerror}")
     try:
         return run_checks(selected, args.fake, args.out, args.budget_s)
     except KeyboardInterrupt:

@@ -117,6 +117,8 @@ def test_dry_run_lists_every_check(capsys: pytest.CaptureFixture[str]) -> None:
         (["--only", "doctor,nope"], "unknown check 'nope'"),
         (["--only", ","], "--only names no check"),
         (["--budget-s", "-5"], "--budget-s must be positive"),
+        (["--budget-s", "soon"], "invalid float value: 'soon'"),
+        (["--fast"], "unrecognized arguments: --fast"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
