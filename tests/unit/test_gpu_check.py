@@ -220,3 +220,14 @@ def test_a_verdict_line_names_its_state_cause_and_first_evidence() -> None:
         " efficiency 0.12, ..."
     )
     assert check.verdict_line({"state": "ok", "cause": None, "evidence": []}) == "ok: "
+
+
+def test_recorded_frames_are_the_whole_lines_written_so_far(tmp_path: Path) -> None:
+    parts = _script("gpu_check_parts")
+    rec = parts.Recorder(proc=None, path=tmp_path / "frames.jsonl")
+    assert rec.frames() == []  # gputop has not opened the file yet
+    rec.path.write_text('{"seq": 1, "processes": []}\n{"seq": 2, "proc')
+    assert [f["seq"] for f in rec.frames()] == [1]
+    frame = {"processes": [{"pid": 5, "gpu_sync_pct": 12.5}]}
+    assert parts.row_of(frame, 5) == {"pid": 5, "gpu_sync_pct": 12.5}
+    assert parts.row_of(frame, 6) is None
