@@ -9,9 +9,10 @@ wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
 *blocked* inside ``next``; around the GPU step it reads its on-CPU time again (what
 a spinning synchronization burns). One line per step goes to ``--out``:
 
-    next_start next_end blocked_in_next_ns step_end runq_in_next_ns step_cpu_ns
+    next_start next_end blocked_in_next_ns step_end runq_in_next_ns step_cpu_ns wait_start
 
-(monotonic seconds, nanoseconds). ``blocked_share()`` turns those lines into the
+(monotonic seconds, nanoseconds; ``wait_start``: when the step's first waiting CUDA
+call began, or next_end without the fake libcuda). ``blocked_share()`` turns those lines into the
 share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
 it beside gputop's ``wait_input_pct`` over the same window.
 
@@ -69,15 +70,29 @@ while True:
 
 
 class _Cuda:
-    """The fake libcuda's cuStreamSynchronize as the GPU step (tests/fakecuda/)."""
+    """The GPU step in the fake libcuda (tests/fakecuda/). ``sync``: cuStreamSynchronize
+    waits the step. ``item``: the step's work is queued, then a tensor's ``.item()`` as
+    torch makes it (memcpy_and_sync): cuMemcpyDtoHAsync_v2 into pageable memory, which
+    waits for the queued work inside the copy, then cuStreamSynchronize, which finds
+    nothing left to wait for. ``waited_at`` is when the step's first waiting call began."""
 
-    def __init__(self, path: str, step_s: float, spin: bool) -> None:
+    def __init__(self, path: str, step_s: float, spin: bool, kind: str) -> None:
         import ctypes
 
         self.lib = ctypes.CDLL(path)
-        self.lib.fake_cuda_set(ctypes.c_longlong(int(step_s * 1e9)), int(spin))
+        self.kind = kind
+        self.step_ns = ctypes.c_longlong(int(step_s * 1e9))
+        self.lib.fake_cuda_set(self.step_ns if kind == "sync" else ctypes.c_longlong(0), int(spin))
+        self.scalar = ctypes.create_string_buffer(4)
+        self.waited_at = 0.0
 
     def step(self) -> None:
+        if self.kind == "item":
+            self.lib.fake_cuda_launch(self.step_ns)
+            self.waited_at = time.perf_counter()
+            self.lib.cuMemcpyDtoHAsync_v2(self.scalar, None, 4, None)
+        else:
+            self.waited_at = time.perf_counter()
         self.lib.cuStreamSynchronize(None)
 
 
@@ -151,6 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--cuda-lib", default=None, help="the fake libcuda.so.1 (cuda-* stand-ins)")
     ap.add_argument(
+        "--cuda-step",
+        default="sync",
+        choices=("sync", "item"),
+        help="cuda-* stand-ins: cuStreamSynchronize waits (sync), or .item()'s copy does (item)",
+    )
+    ap.add_argument(
         "--cuda-after-s",
         type=float,
         default=0.0,
@@ -210,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nonlocal standin
         if _cuda is None and args.standin.startswith("cuda-") and time.monotonic() >= cuda_at:
             assert args.cuda_lib, "--cuda-lib is needed for a cuda-* stand-in"
-            _cuda = _Cuda(args.cuda_lib, step_s, args.standin == "cuda-spin")
+            _cuda = _Cuda(args.cuda_lib, step_s, args.standin == "cuda-spin", args.cuda_step)
             standin = args.standin
         _standin(standin, step_s)
 
@@ -240,7 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             gpu_step()
             end = time.perf_counter()
             c3 = time.thread_time_ns()
-            out.write(f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2}\n")
+            waited = _cuda.waited_at if _cuda is not None else t1
+            out.write(
+                f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2} {waited:.7f}\n"
+            )
 
 
 @dataclass(frozen=True)
@@ -253,13 +277,14 @@ class Step:
     step_end: float
     runq_ns: int = 0  # waiting for a CPU inside next()
     step_cpu_ns: int = 0  # on a CPU during the GPU step (a spinning sync's own CPU time)
+    wait_start: float = 0.0  # when the step's first waiting CUDA call began (0: not recorded)
 
 
 def read_steps(path: Path) -> list[Step]:
     steps = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text().splitlines(keepends=True):
         parts = line.split()
-        if len(parts) != 6:
+        if len(parts) not in (6, 7) or not line.endswith("\n"):
             continue  # the last line may be half-written
         steps.append(
             Step(
@@ -269,6 +294,7 @@ def read_steps(path: Path) -> list[Step]:
                 float(parts[3]),
                 int(parts[4]),
                 int(parts[5]),
+                float(parts[6]) if len(parts) == 7 else 0.0,
             )
         )
     return steps

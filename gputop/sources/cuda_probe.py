@@ -11,9 +11,12 @@ trainer in a container (its own mount namespace) is probed in its own copy of
 the library. The programs count only processes the probe watches.
 
 Kernel launches are not probed (thousands per second): only calls that wait.
-How the CUDA runtime reaches these (directly, or through ``cuGetProcAddress``,
-which hands out the same function addresses) does not matter to a uprobe, which
-fires at the function's address whatever called it.
+A uprobe fires at the function's address whoever called it, so how the CUDA
+runtime reaches the driver does not matter as long as the address it calls is an
+exported one: the runtime gets its driver entry points from ``cuGetProcAddress``;
+with the fake driver (tests/fakecuda/) the addresses it hands out are the exported
+functions' and calls through them are counted, and ``scripts/gpu_check.sh``
+compares the two (``dladdr``) on a real driver.
 """
 
 from __future__ import annotations
@@ -26,26 +29,73 @@ from dataclasses import dataclass
 
 from gputop.sources.bpf_syscall import BpfError, attach_uprobe
 
-# The driver API calls that block until the GPU is done: stream, event and context
-# synchronization (with the per-thread default stream variants), and the
-# synchronous copies to the host, which synchronize the stream first.
-SYNC_FUNCTIONS = (
+# Every driver call that can wait for the GPU, in each form the driver exports: the
+# unversioned legacy name, the ``_v2`` (and CUDA 13's newer) versions, and the
+# per-thread default stream forms (``_ptsz`` for calls on a stream, ``_ptds`` for the
+# synchronous ones). A name the library does not export is skipped.
+SYNC_CALLS = (
+    "cuCtxSynchronize",
+    "cuCtxSynchronize_v2",
     "cuStreamSynchronize",
     "cuStreamSynchronize_ptsz",
     "cuEventSynchronize",
-    "cuCtxSynchronize",
+)
+# Copies into host memory. A synchronous one returns when the copy is done, so after
+# the stream's earlier work; an asynchronous one into pageable memory (a tensor's
+# ``.item()`` or blocking ``.cpu()``) does the same inside the call, staged through
+# pinned memory, before any cuStreamSynchronize: time inside it is GPU wait.
+TO_HOST_COPIES = (
+    "cuMemcpyDtoH",
     "cuMemcpyDtoH_v2",
     "cuMemcpyDtoH_v2_ptds",
-    "cuMemcpyDtoH",
+    "cuMemcpyDtoHAsync",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoHAsync_v2_ptsz",
+    "cuMemcpyAtoH",
+    "cuMemcpyAtoH_v2",
+    "cuMemcpyAtoH_v2_ptds",
+    "cuMemcpyAtoHAsync",
+    "cuMemcpyAtoHAsync_v2",
+    "cuMemcpyAtoHAsync_v2_ptsz",
+)
+# Copies whose direction the pointers or a descriptor give (unified addressing): they
+# can be copies to the host, so they are probed too. The copies from host memory
+# (cuMemcpyHtoD*) are not: their time is the driver copying pageable memory on a CPU
+# (what pinned memory avoids), host work rather than a wait for the GPU.
+ANY_WAY_COPIES = (
     "cuMemcpy",
     "cuMemcpy_ptds",
+    "cuMemcpyAsync",
+    "cuMemcpyAsync_ptsz",
     "cuMemcpyPeer",
     "cuMemcpyPeer_ptds",
+    "cuMemcpy2D",
     "cuMemcpy2D_v2",
     "cuMemcpy2D_v2_ptds",
+    "cuMemcpy2DUnaligned",
+    "cuMemcpy2DUnaligned_v2",
+    "cuMemcpy2DUnaligned_v2_ptds",
+    "cuMemcpy2DAsync",
+    "cuMemcpy2DAsync_v2",
+    "cuMemcpy2DAsync_v2_ptsz",
+    "cuMemcpy3D",
     "cuMemcpy3D_v2",
     "cuMemcpy3D_v2_ptds",
+    "cuMemcpy3DAsync",
+    "cuMemcpy3DAsync_v2",
+    "cuMemcpy3DAsync_v2_ptsz",
+    "cuMemcpy3DPeer",
+    "cuMemcpy3DPeer_ptds",
+    "cuMemcpyBatchAsync",
+    "cuMemcpyBatchAsync_ptsz",
+    "cuMemcpyBatchAsync_v2",
+    "cuMemcpyBatchAsync_v2_ptsz",
+    "cuMemcpy3DBatchAsync",
+    "cuMemcpy3DBatchAsync_ptsz",
+    "cuMemcpy3DBatchAsync_v2",
+    "cuMemcpy3DBatchAsync_v2_ptsz",
 )
+SYNC_FUNCTIONS = SYNC_CALLS + TO_HOST_COPIES + ANY_WAY_COPIES
 LIBRARY_PREFIX = "libcuda.so"
 RECHECK_S = 1.0
 ENTER_PROGRAM = "on_sync_enter"

@@ -1,11 +1,15 @@
-"""A fake ``libcuda.so.1`` for tests: the driver's synchronizing calls, built from C with gcc.
+"""A fake ``libcuda.so.1`` for tests: the driver's waiting calls, built from C with gcc.
 
 ``build_fake_cuda()`` compiles it once per source hash and returns the library's
-path. A workload loads it with ``ctypes.CDLL(path)``, sets how long each
-synchronizing call waits and whether it sleeps or spins with
-``fake_cuda_set(ns, spin)``, and calls ``cuStreamSynchronize`` as its GPU step.
-gputop finds it in the process's ``/proc/PID/maps`` (a file named
-``libcuda.so.1``) and probes it as it would the real driver.
+path. A workload loads it with ``ctypes.CDLL(path)`` and says how its waiting calls
+wait: ``fake_cuda_set(ns, spin)`` (each call waits ns, asleep or spinning) or
+``fake_cuda_launch(ns)`` (queue ns of GPU work; a waiting call returns when it is
+done, as a stream synchronization or a copy to pageable memory does). It exports
+every entry point gputop probes (``SYNC_FUNCTIONS``) and ``cuGetProcAddress``, which
+hands out their addresses the way the CUDA runtime asks for them. gputop finds it in
+the process's ``/proc/PID/maps`` (a file named ``libcuda.so.1``) and probes it as
+it would the real driver. ``caller.py`` beside it calls entry points on threads of
+their own, each timing itself.
 """
 
 from __future__ import annotations
