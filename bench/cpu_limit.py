@@ -5,13 +5,16 @@ A real CPU-PyTorch DataLoader loop (tests/torchjob.py LOOP: 2 workers burning 32
 CPU per batch for a 20 ms sleeping step, ~1.6 CPUs wanted) runs in a new cgroup capped
 at QUOTA CPUs (v1 `cpu.cfs_quota_us`, v2 `cpu.max`), with HOGS busy loops outside it,
 while `gputop record` watches it through the fake NVML (GPU_UTIL 97 %, SM 10 %).
-Printed per run: the share of CFS periods the kernel throttled the cgroup in, the job's
-CPU use against its limit and each other process's share of the job's run-queue time
-(both from the frames over the last 10 s window), and gputop's last verdict: state,
-cause, evidence and fixes as it printed them.
+Printed per run, over the verdict's last 10 s window: the share of CFS periods the
+kernel throttled the cgroup in (its own cpu.stat, read every 0.1 s beside the record)
+against the share gputop quotes; the kernel's throttled time (summed over CPUs, s per s)
+against the job's throttled time gputop measured or inferred (its processes' main
+threads summed, s per s); the job's CPU use against its limit; each other process's
+share of the job's run-queue time; and gputop's last verdict as it printed it.
+QUOTA "none" runs the job in no cgroup (the same job under the same hogs, no limit).
 
 Usage (root): python bench/cpu_limit.py [--seconds S] [--no-bpf] [QUOTA:HOGS ...]
-(default: 0.25:0 0.25:1 1.5:4)
+(default: 0.25:0 0.5:1 none:1 1.5:4)
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.cgrouputil import cpu_limited_cgroup  # noqa: E402
+from tests.cgrouputil import CpuLimitedCgroup, cpu_limited_cgroup  # noqa: E402
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc  # noqa: E402
 from tests.torchjob import descendants, running_loop  # noqa: E402
 
@@ -37,15 +43,47 @@ HOG = "while True: pass"
 WINDOW_S = 10.0
 
 
-def run(quota: float, hogs: int, seconds: float, bpf: bool) -> None:
+Count = tuple[float, int, int, int]  # wall time, periods, throttled periods, throttled ns
+
+
+@contextlib.contextmanager
+def _counting(cg: CpuLimitedCgroup | None) -> Iterator[list[Count]]:
+    """The cgroup's own cpu.stat, read every 0.1 s meanwhile (nothing without a cgroup)."""
+    got: list[Count] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while cg is not None and not stop.is_set():
+            stat = dict(line.split() for line in (cg.path / "cpu.stat").read_text().splitlines())
+            ns = int(stat["throttled_usec"]) * 1000 if "throttled_usec" in stat else None
+            got.append(
+                (time.time(), int(stat["nr_periods"]), int(stat["nr_throttled"]),
+                 ns if ns is not None else int(stat["throttled_time"]))
+            )  # fmt: skip
+            stop.wait(0.1)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        yield got
+    finally:
+        stop.set()
+        th.join()
+
+
+def _at(counts: list[Count], t: float) -> Count:
+    return min(counts, key=lambda c: abs(c[0] - t))
+
+
+def run(quota: float | None, hogs: int, seconds: float, bpf: bool) -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
-        cpu_limited_cgroup(quota) as cg,
-        running_loop(Path(tmp), LOOP) as (loop, _stats),
         contextlib.ExitStack() as stack,
     ):
+        cg = stack.enter_context(cpu_limited_cgroup(quota)) if quota is not None else None
+        loop, _stats = stack.enter_context(running_loop(Path(tmp), LOOP))
         job = {loop.pid, *descendants(loop.pid)}
-        for pid in job:
+        for pid in job if cg is not None else ():
             cg.add(pid)
         for _ in range(hogs):
             hog = subprocess.Popen([sys.executable, "-c", HOG])
@@ -57,25 +95,44 @@ def run(quota: float, hogs: int, seconds: float, bpf: bool) -> None:
         )
         cmd = [sys.executable, "-m", "gputop", "record", "--interval", "0.5"]
         cmd += ["--duration", str(seconds)] + ([] if bpf else ["--no-bpf"])
-        periods0, throttled0 = cg.throttling()
-        out = subprocess.run(
-            cmd, cwd=ROOT, env=fake.env(), capture_output=True, text=True, check=True
-        )
-        periods1, throttled1 = cg.throttling()
+        with _counting(cg) as counts:
+            out = subprocess.run(
+                cmd, cwd=ROOT, env=fake.env(), capture_output=True, text=True, check=True
+            )
     frames = [json.loads(line) for line in out.stdout.splitlines()]
-    window = [f for f in frames if frames[-1]["t"] - f["t"] <= WINDOW_S]
+    window = [f for f in frames if frames[-1]["t"] - f["t"] < WINDOW_S]
     mode = frames[-1]["sources"]["sched"]
     window = [f for f in window if f["sources"]["sched"] == mode]
+    span = frames[-1]["t"] - (window[0]["t"] - window[0]["interval"])
     used = [
         sum(p["cpu_pct"] for p in f["processes"] if p["pid"] in job) / 100.0 for f in window[1:]
     ]
-    print(f"== quota {quota:g} CPUs, {hogs} hog(s) outside the cgroup, sched {mode}")
-    print(
-        f"kernel: throttled in {throttled1 - throttled0} of {periods1 - periods0} periods"
-        f" ({100.0 * (throttled1 - throttled0) / max(1, periods1 - periods0):.0f}%)"
-    )
+    limit = f"quota {quota:g} CPUs" if quota is not None else "no limit"
+    print(f"== {limit}, {hogs} hog(s) outside the job, sched {mode}")
+    v = frames[-1]["verdicts"][0]
+    if counts:
+        a, b = _at(counts, window[0]["t"] - window[0]["interval"]), _at(counts, frames[-1]["t"])
+        periods, throttled, ns = b[1] - a[1], b[2] - a[2], b[3] - a[3]
+        quoted = next((e for e in v["evidence"] if "throttled it in" in e), "")
+        said = quoted.split("throttled it in ")[1].split("%")[0] if quoted else "n/a"
+        print(
+            f"periods throttled: kernel {throttled} of {periods}"
+            f" ({100.0 * throttled / max(1, periods):.0f}%), gputop says {said}%"
+        )
+        procs = [p for p in window[-1]["processes"] if p["pid"] in job]
+        per_s = [
+            sum(p["cpu_throttled_pct"] or 0.0 for p in f["processes"] if p["pid"] in job) / 100.0
+            for f in window
+        ]
+        sources = {p["cpu_limit"]["throttled_source"] for p in procs if p.get("cpu_limit")}
+        print(
+            f"throttled time: kernel {ns / 1e9 / span:.2f} s/s (summed over CPUs), the job's"
+            f" main threads {sum(per_s) / len(per_s):.2f} s/s"
+            f" ({', '.join(sorted(s for s in sources if s)) or 'n/a'})"
+        )
     mean_used = sum(used) / max(1, len(used))
-    print(f"job CPU use: {mean_used:.3f} CPUs = {100.0 * mean_used / quota:.0f}% of its limit")
+    of_limit = f" = {100.0 * mean_used / quota:.0f}% of its limit" if quota else ""
+    print(f"job CPU use: {mean_used:.3f} CPUs{of_limit}")
     shares = _shares(window, job)
     top = sorted(shares.items(), key=lambda kv: -kv[1])[:6]
     comm = {p["pid"]: p["comm"] for f in window for p in f["processes"]}
@@ -83,7 +140,6 @@ def run(quota: float, hogs: int, seconds: float, bpf: bool) -> None:
         "share of the job's run-queue time: "
         + (", ".join(f"pid {pid} {comm.get(pid, '?')} {s:.1f}%" for pid, s in top) or "n/a")
     )
-    v = frames[-1]["verdicts"][0]
     print(f"verdict: {v['state']}, cause {v['cause']}")
     for line in v["evidence"]:
         print(f"  evidence: {line}")
@@ -109,11 +165,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=16.0)
     ap.add_argument("--no-bpf", action="store_true")
-    ap.add_argument("runs", nargs="*", default=["0.25:0", "0.25:1", "1.5:4"])
+    ap.add_argument("runs", nargs="*", default=["0.25:0", "0.5:1", "none:1", "1.5:4"])
     args = ap.parse_args()
     for spec in args.runs:
-        quota, hogs = spec.split(":")
-        run(float(quota), int(hogs), args.seconds, not args.no_bpf)
+        quota, _, hogs = spec.partition(":")
+        try:
+            q = None if quota == "none" else float(quota)
+            n = int(hogs or 0)
+        except ValueError:
+            ap.error(f"bad run {spec!r}: want QUOTA:HOGS, e.g. 0.25:1 or none:1")
+        run(q, n, args.seconds, not args.no_bpf)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from gputop.procctl import PYSPY_INSTALL_HINT, find_pyspy
 from gputop.runtime import Options
 from gputop.sources.bcc_find import INSTALL_FIX, find_bcc
 from gputop.sources.bcc_loader import TRACEFS_DIRS, state_masks
+from gputop.sources.libbpf_loader import find_libbpf, throttle_field
 from gputop.sources.nvml import NvmlFacts, probe_nvml
 from gputop.sources.probe_loader import Unavailable
 from gputop.sources.probe_plan import (
@@ -116,6 +117,25 @@ def check_bpf_loader(plan: LoaderPlan | Unavailable | None = None) -> Check:
         True,
         f"bcc: {plan.why}; the object built ahead of time cannot load: {plan.other}",
         core.fix if core is not None else None,
+    )
+
+
+def check_throttle_state(plan: LoaderPlan | Unavailable | None = None) -> Check:
+    """Whether the probe can tell run-queue time held back by a cgroup CPU limit (measured)."""
+    plan = plan_loader() if plan is None else plan
+    name = "CPU-limit throttling"
+    lib = find_libbpf()[0] if isinstance(plan, LoaderPlan) and plan.loader == "libbpf" else None
+    field = throttle_field(lib) if lib is not None else None
+    if field is not None:
+        return Check(name, True, f"measured: the probe reads {field} at each switch-out")
+    why = (
+        "this kernel's BTF has neither task_struct.throttled nor cfs_rq.throttle_count"
+        if lib is not None
+        else "only the CO-RE probe (libbpf) reads a task's throttle state"
+    )
+    core = libbpf_problem() if lib is None else None
+    return Check(
+        name, True, f"inferred from each job cgroup's cpu.stat: {why}", core.fix if core else None
     )
 
 
@@ -385,6 +405,8 @@ def run_checks(try_probe: bool = True) -> list[Check]:
     """Every check, against this machine; the probe is compiled only when it can work."""
     plan = plan_loader()
     ebpf = [check_privileges(), check_bpf_loader(plan)]
+    if isinstance(plan, LoaderPlan):
+        ebpf.append(check_throttle_state(plan))
     if not (isinstance(plan, LoaderPlan) and plan.loader == "libbpf"):
         # bcc compiles the probe here (or would): what it needs, row by row. (libbpf
         # attaches raw tracepoints by name: it needs neither tracefs nor headers.)

@@ -20,9 +20,11 @@ from gputop.doctor import (
     check_privileges,
     check_psi,
     check_pyspy,
+    check_throttle_state,
     check_tracefs,
     format_report,
 )
+from gputop.sources.libbpf_loader import find_libbpf, throttle_field
 from gputop.sources.nvml import NvmlFacts
 from gputop.sources.probe_loader import Unavailable
 from gputop.sources.probe_plan import LoaderPlan
@@ -194,6 +196,24 @@ def test_the_loader_row_names_the_loader_why_and_what_the_other_lacks() -> None:
     assert "the object built ahead of time cannot load: no BTF" in c.why
     c = check_bpf_loader(Unavailable("no BTF, and no headers", "install them"))
     assert not c.ok and c.why == "no BTF, and no headers" and c.fix == "install them"
+
+
+def test_the_throttling_row_says_whether_the_limits_hold_is_measured_or_inferred() -> None:
+    bcc = LoaderPlan("bcc", "the kernel has no BTF: compiled at run time by bcc", "no BTF")
+    c = check_throttle_state(bcc)
+    assert c.ok and c.why == (
+        "inferred from each job cgroup's cpu.stat: only the CO-RE probe (libbpf) reads a"
+        " task's throttle state"
+    )
+    core = LoaderPlan("libbpf", "the kernel has BTF", "bcc fallback ready")
+    c = check_throttle_state(core)
+    # This kernel's own BTF decides (6.18+: task_struct.throttled; older: cfs_rq.throttle_count).
+    lib = find_libbpf()[0]
+    want = throttle_field(lib) if lib is not None else None
+    if want is None:
+        assert c.why.startswith("inferred from each job cgroup's cpu.stat"), c.why
+    else:
+        assert c.why == f"measured: the probe reads {want} at each switch-out"
 
 
 def test_report_is_aligned_and_puts_fixes_under_their_check() -> None:
