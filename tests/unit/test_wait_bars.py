@@ -89,3 +89,26 @@ def test_without_the_gpu_measured_interrupt_wakeups_stand_in_for_it() -> None:
     got = {s.key: round(s.pct, 1) for s in split.segments}
     assert got == {"cpu": 40.0, "runq": 15.0, "input": 15.0, "irq": 25.0, "other": 5.0}
     assert "gpu" not in got
+
+
+def test_throttled_time_is_carved_out_of_the_cpu_wait_never_counted_twice() -> None:
+    trainer = next(p for p in make_frames(3)[-1].processes if p.pid == STARVING_TRAINER_PID)
+    free = wait_split(trainer)
+    assert free is not None and free.pct("throttled") is None
+    for measured in (trainer, unmeasured([make_frames(3)[-1]])[0].processes[0]):
+        whole = wait_split(measured)
+        assert whole is not None
+        # Throttled within the run-queue time, and more than all of it: capped at it.
+        for thr in (5.0, 500.0):
+            split = wait_split(replace(measured, cpu_throttled_pct=thr))
+            assert split is not None
+            keys = [s.key for s in split.segments]
+            assert keys[keys.index("runq") + 1] == "throttled"
+            runq_part = (split.pct("runq") or 0.0) + (split.pct("throttled") or 0.0)
+            assert abs(runq_part - (whole.pct("runq") or 0.0)) < 1e-9
+            assert split.pct("throttled") == min(thr, whole.pct("runq") or 0.0)
+            assert (
+                abs(sum(s.pct for s in split.segments) - sum(s.pct for s in whole.segments)) < 1e-9
+            )
+            for key in ("cpu", "input", "blocked"):
+                assert split.pct(key) == whole.pct(key)
