@@ -87,7 +87,7 @@ def limit_line(p: ProcessSample) -> str | None:
     if lim.periods:
         text += f"; throttled in {lim.throttled_periods or 0} of {lim.periods} periods"
         if lim.throttled_ms is not None:
-            text += f" ({lim.throttled_ms:.0f} ms)"
+            text += f" ({lim.throttled_ms:.0f} ms over its CPUs)"
         text += " this interval"
     elif lim.periods is not None:
         text += "; no period this interval"

@@ -142,7 +142,7 @@ async def test_drilldown_splits_throttled_time_out_of_the_cpu_wait_and_shows_the
     ), lines[0]
     assert lines[1] == (
         "CPU limit: 0.25 CPUs (cpu.cfs_quota_us); "
-        "throttled in 9 of 10 periods (612 ms) this interval"
+        "throttled in 9 of 10 periods (612 ms over its CPUs) this interval"
     )
     assert lines[2] == f"  cgroup {LIMIT_CGROUP}"
 

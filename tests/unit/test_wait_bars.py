@@ -6,9 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gputop.model.waits import wait_split
-from gputop.screens.process import wait_lines
+from gputop.screens.process import limit_line, wait_lines
 from gputop.widgets.wait_bars import bar_cells
-from tests.frames_fixture import STARVING_TRAINER_PID, make_frames, unmeasured
+from tests.frames_fixture import (
+    LIMIT_CGROUP,
+    OTHER_TRAINER_PID,
+    STARVING_TRAINER_PID,
+    cpu_limited,
+    make_frames,
+    unmeasured,
+)
 
 
 def test_bar_cells_fill_the_width_exactly_in_order() -> None:
@@ -112,3 +119,21 @@ def test_throttled_time_is_carved_out_of_the_cpu_wait_never_counted_twice() -> N
             )
             for key in ("cpu", "input", "blocked"):
                 assert split.pct(key) == whole.pct(key)
+
+
+def test_the_limit_line_names_quota_file_burst_periods_and_cgroup() -> None:
+    frame = cpu_limited(make_frames(1))[0]
+    trainer = next(p for p in frame.processes if p.pid == STARVING_TRAINER_PID)
+    assert trainer.cpu_limit is not None
+    burst = replace(trainer, cpu_limit=replace(trainer.cpu_limit, burst=0.5))
+    assert limit_line(burst) == (
+        "CPU limit: 0.25 CPUs (cpu.cfs_quota_us), burst 0.5 CPUs; "
+        "throttled in 9 of 10 periods (612 ms over its CPUs) this interval\n"
+        f"  cgroup {LIMIT_CGROUP}"
+    )
+    first = replace(trainer, cpu_limit=replace(trainer.cpu_limit, periods=None))
+    assert limit_line(first) == f"CPU limit: 0.25 CPUs (cpu.cfs_quota_us)\n  cgroup {LIMIT_CGROUP}"
+    idle = replace(trainer, cpu_limit=replace(trainer.cpu_limit, periods=0, throttled_periods=0))
+    assert "; no period this interval" in (limit_line(idle) or "")
+    other = next(p for p in frame.processes if p.pid == OTHER_TRAINER_PID)
+    assert limit_line(other) is None
