@@ -513,7 +513,7 @@ class GputopApp(App[int]):
             if key is not None:
                 self.table.sort_by(key)
 
-        self.push_screen(SortScreen(self.table.sort_key), chosen)
+        self.push_screen(SortScreen(self.table.sort_key, self.table.sort_columns), chosen)
 
     def action_sort_step(self, step: int) -> None:
         self.table.sort_step(step)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from gputop.model.frame import (
+    CpuLimitSample,
     Frame,
     GpuSample,
     HostSample,
@@ -369,3 +370,30 @@ def unmeasured(frames: list[Frame]) -> list[Frame]:
         )
 
     return [replace(f, processes=tuple(strip(p) for p in f.processes)) for f in frames]
+
+
+LIMIT_CGROUP = "/sys/fs/cgroup/cpu/kubepods/burstable/pod-train"
+TRAINER_THROTTLED_PCT = 21.0
+WORKER_THROTTLED_PCT = 12.0
+
+
+def cpu_limited(frames: list[Frame], source: str = "bpf") -> list[Frame]:
+    """The same frames with the starving trainer's job in a cgroup capped at 0.25 CPU that
+    the kernel throttled in 9 of each interval's 10 periods; ``source`` says how the
+    processes' throttled shares were had ("bpf" measured, "cpu.stat" inferred)."""
+    limit = CpuLimitSample(
+        cgroup=LIMIT_CGROUP,
+        file="cpu.cfs_quota_us",
+        periods=10,
+        throttled_periods=9,
+        throttled_ms=612.0,
+        throttled_source=source,
+    )
+
+    def cap(p: ProcessSample) -> ProcessSample:
+        if p.trainer_pid != STARVING_TRAINER_PID:
+            return p
+        thr = TRAINER_THROTTLED_PCT if p.pid == STARVING_TRAINER_PID else WORKER_THROTTLED_PCT
+        return replace(p, cpu_quota=0.25, cpu_throttled_pct=thr, cpu_limit=limit)
+
+    return [replace(f, processes=tuple(cap(p) for p in f.processes)) for f in frames]

@@ -41,6 +41,10 @@ class Scenario:
     hogs_per_cpu: float = 0.0
     """Background CPU hogs per demo CPU (the contention)."""
     prefetch_factor: int = 2
+    cpu_limit: float | None = None
+    """CPUs' worth of time the job's cgroup allows (CFS bandwidth; making it needs root)."""
+    expect_cause: str | None = None
+    """The cause the verdict should name, where the scenario is about one."""
 
     def hogs(self, ncpu: int) -> int:
         """How many CPU hogs to start on ``ncpu`` CPUs."""
@@ -69,6 +73,19 @@ SCENARIOS: dict[str, Scenario] = {
             kernels_per_step=10,
             gpu_ms=15.0,
             hogs_per_cpu=3.0,
+        ),
+        Scenario(
+            name="cpu-limit",
+            summary="the job runs in a cgroup capped at 0.25 CPU (needs root): "
+            "throttled, GPU_UTIL high, SM low",
+            expect="busy_but_starving",
+            expect_cause="cpu_limit",
+            num_workers=4,
+            worker_cpu_ms=6.0,
+            launch_cpu_ms=18.0,
+            kernels_per_step=10,
+            gpu_ms=15.0,
+            cpu_limit=0.25,
         ),
         Scenario(
             name="slow-dataloader",

@@ -11,6 +11,7 @@ import time
 from typing import IO
 
 import gputop
+from gputop.demo import cgroup as demo_cgroup
 from gputop.demo.gpumodel import GpuSpec, model_sample
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.demo.scenarios import Scenario
@@ -36,6 +37,10 @@ class DemoGpuSource:
         self._page: ProgressPage | None = None
         self._errors: IO[bytes] | None = None
         self._prev: tuple[int, Progress] | None = None
+        self._cgroup: str | None = None
+        if scenario.cpu_limit is not None:
+            # Said before anything starts: without root the demo cannot run at all.
+            demo_cgroup.cpu_controller()
 
     @property
     def status(self) -> SourceStatus:
@@ -57,18 +62,22 @@ class DemoGpuSource:
         root = os.path.dirname(os.path.dirname(os.path.abspath(gputop.__file__)))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        argv = [
+            sys.executable,
+            "-m",
+            "gputop.demo.workload",
+            "--scenario",
+            self.scenario.name,
+            "--shm-fd",
+            str(self._fd),
+            "--parent",
+            str(os.getpid()),
+        ]
+        if self.scenario.cpu_limit is not None:
+            self._cgroup = demo_cgroup.make_cpu_limit(self.scenario.cpu_limit)
+            argv += ["--cgroup", self._cgroup]
         self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gputop.demo.workload",
-                "--scenario",
-                self.scenario.name,
-                "--shm-fd",
-                str(self._fd),
-                "--parent",
-                str(os.getpid()),
-            ],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._errors,
@@ -132,6 +141,10 @@ class DemoGpuSource:
         proc, self._proc = self._proc, None
         if proc is not None:
             _stop_group(proc)
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is not None:
+            # The launcher removes it after its tree; this is for a launcher that could not.
+            demo_cgroup.remove(cgroup)
         if self._page is not None:
             self._page.close()
             self._page = None

@@ -8,6 +8,9 @@ Process tree (all in one process group, confined to ``DEMO_CPUS`` CPUs)::
     │   └── pt_data_worker DataLoader-like workers (named as PyTorch names them)
     └── cpu_hog ...        background CPU hogs, where the scenario has contention
 
+In the cpu-limit demo the launcher first joins the CPU-limited cgroup gputop made
+(``--cgroup``), so the whole job runs under that limit.
+
 The trainer publishes its progress (``gputop.demo.progress``) in a memory page
 gputop passes as a file descriptor; gputop's modelled GPU turns it into numbers.
 Nothing outlives gputop: the launcher gets SIGTERM when gputop dies
@@ -26,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from gputop.demo import cgroup as demo_cgroup
 from gputop.demo.gpumodel import GpuSpec
 from gputop.demo.progress import Progress, ProgressPage
 from gputop.demo.scenarios import DEMO_CPUS, SCENARIOS, Scenario
@@ -180,10 +184,18 @@ def _confine_cpus() -> None:
     os.sched_setaffinity(0, allowed[:DEMO_CPUS])
 
 
-def launch(sc: Scenario, page: ProgressPage) -> int:
-    """Start the scenario's processes and wait; tear everything down on a signal."""
+def launch(sc: Scenario, page: ProgressPage, cgroup: str | None = None) -> int:
+    """Start the scenario's processes and wait; tear everything down on a signal.
+
+    With ``cgroup`` (the cpu-limit demo's CPU-limited cgroup) the launcher joins it
+    first, so all it starts is born in it, and removes it once they are gone.
+    """
     children: list[int] = []
+    home = None
     try:
+        if cgroup is not None:
+            home = demo_cgroup.own_cgroup(cgroup)
+            demo_cgroup.join(cgroup)
         _confine_cpus()
         ncpu = len(os.sched_getaffinity(0))
         for _ in range(sc.hogs(ncpu)):
@@ -202,6 +214,9 @@ def launch(sc: Scenario, page: ProgressPage) -> int:
             except ProcessLookupError:
                 pass
         _reap_all(deadline_s=3.0)
+        if cgroup is not None and home is not None:
+            demo_cgroup.leave(home)
+            demo_cgroup.remove(cgroup)
 
 
 def _reap_all(deadline_s: float) -> None:
@@ -222,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
     ap.add_argument("--shm-fd", type=int, required=True)
     ap.add_argument("--parent", type=int, required=True)
+    ap.add_argument("--cgroup", help="a CPU-limited cgroup to run the job in")
     args = ap.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _stop)
@@ -231,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         set_name("gputop-demo")
         page = ProgressPage(args.shm_fd)
-        return launch(SCENARIOS[args.scenario], page)
+        return launch(SCENARIOS[args.scenario], page, args.cgroup)
     except _Stop:
         return 0
 

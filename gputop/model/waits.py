@@ -12,6 +12,11 @@ parts. Waiting for batches is the blocked time ended by the input pipeline plus
 the run-queue wait right after it (the batch had arrived; taking it needed a
 CPU). Without the CUDA measurement, blocked time ended by an interrupt stands in
 for the GPU part, inferred.
+
+Where the job's cgroup has a CPU limit, the run-queue time its limit held the thread
+back (``cpu_throttled_pct``, part of ``runq_pct``) is its own part, ``throttled``,
+carved out of the run-queue time outside CUDA synchronization before anything else
+is: a CPU was free for it, its limit said no.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ class Segment:
     """One part of the split: what the time was spent on, its share, and a short label."""
 
     key: str
-    """``cpu``, ``runq``, ``input``, ``gpu`` (measured) or ``irq`` (inferred), ``other``, or
-    (under /proc) ``blocked``."""
+    """``cpu``, ``runq``, ``throttled`` (where a CPU limit applies), ``input``, ``gpu``
+    (measured) or ``irq`` (inferred), ``other``, or (under /proc) ``blocked``."""
     label: str
     pct: float
 
@@ -35,6 +40,7 @@ class Segment:
 LABELS = {
     "cpu": "on-CPU",
     "runq": "CPU wait",
+    "throttled": "throttled by its CPU limit",
     "input": "waiting for batches",
     "gpu": "GPU wait",
     "irq": "GPU/irq wait (inferred)",
@@ -78,6 +84,7 @@ SPLIT_FIELDS = (
     "gpu_sync_pct",
     "gpu_sync_spin_pct",
     "gpu_sync_runq_pct",
+    "cpu_throttled_pct",
 )
 
 
@@ -97,6 +104,7 @@ def split_of(
     gpu_sync_pct: float | None = None,
     gpu_sync_spin_pct: float | None = None,
     gpu_sync_runq_pct: float | None = None,
+    cpu_throttled_pct: float | None = None,
 ) -> WaitSplit | None:
     """The split from a process's numbers (a sample's, or one point of its series)."""
     if offcpu_pct is None:
@@ -105,15 +113,17 @@ def split_of(
     runq = _clamp(min(off, runq_pct or 0.0))
     cpu = 100.0 - off
     if wait_input_pct is None:
-        parts = {"cpu": cpu, "runq": runq, "blocked": max(0.0, off - runq)}
-        return WaitSplit(False, tuple(Segment(k, LABELS[k], parts[k]) for k in PROC_KEYS))
+        thr = _clamp(min(runq, cpu_throttled_pct or 0.0))
+        parts = {"cpu": cpu, "runq": runq - thr, "throttled": thr, "blocked": max(0.0, off - runq)}
+        return WaitSplit(False, _segments(parts, PROC_KEYS, cpu_throttled_pct is not None))
     blocked = max(0.0, off - runq)
     # Inside CUDA synchronization: on a CPU (spinning), runnable, and the rest blocked.
     sync = max(0.0, gpu_sync_pct or 0.0)
     spin = _clamp(min(cpu, gpu_sync_spin_pct or 0.0))
     sync_runq = _clamp(min(runq, gpu_sync_runq_pct or 0.0))
     sync_blocked = min(blocked, max(0.0, sync - spin - sync_runq))
-    after_input = _clamp(min(runq - sync_runq, runq_after_input_pct or 0.0))
+    thr = _clamp(min(runq - sync_runq, cpu_throttled_pct or 0.0))
+    after_input = _clamp(min(runq - sync_runq - thr, runq_after_input_pct or 0.0))
     inp = max(0.0, wait_input_pct)
     irq = max(0.0, wait_irq_pct or 0.0)
     rest = max(0.0, (wait_thread_pct or 0.0) + (wait_other_pct or 0.0))
@@ -129,7 +139,8 @@ def split_of(
     if gpu_sync_pct is None:
         parts = {
             "cpu": cpu,
-            "runq": runq - after_input,
+            "runq": runq - thr - after_input,
+            "throttled": thr,
             "input": inp + after_input,
             "irq": irq,
             "other": other,
@@ -138,11 +149,19 @@ def split_of(
     else:
         parts = {
             "cpu": cpu - spin,
-            "runq": runq - sync_runq - after_input,
+            "runq": runq - sync_runq - thr - after_input,
+            "throttled": thr,
             "input": inp + after_input,
             "gpu": spin + sync_runq + sync_blocked,
             # Interrupt wake-ups outside synchronization are not the GPU's: other.
             "other": other + irq,
         }
         keys = GPU_KEYS
-    return WaitSplit(True, tuple(Segment(k, LABELS[k], parts[k]) for k in keys))
+    return WaitSplit(True, _segments(parts, keys, cpu_throttled_pct is not None))
+
+
+def _segments(parts: dict[str, float], keys: tuple[str, ...], limited: bool) -> tuple[Segment, ...]:
+    # The throttled part follows the run-queue part it was carved from, only under a limit.
+    if limited:
+        keys = (*keys[:2], "throttled", *keys[2:])
+    return tuple(Segment(k, LABELS[k], parts[k]) for k in keys)

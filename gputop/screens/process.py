@@ -50,16 +50,48 @@ def histogram_lines(hist: Sequence[int], width: int = 30) -> list[str]:
 
 
 # plotext takes colour names, not theme variables: the chart and its key share these
-# (names both plotext and Rich know).
+# (names both plotext and Rich know, but orange: Rich's is dark_orange).
 SPLIT_COLOURS = {
     "cpu": "green",
     "runq": "red",
+    "throttled": "orange",
     "input": "yellow",
     "irq": "blue",
     "gpu": "cyan",
     "other": "magenta",
     "blocked": "blue",
 }
+
+
+RICH_COLOURS = {"orange": "dark_orange"}
+
+
+def throttled_source(p: ProcessSample) -> str:
+    """How the throttled part was had, as the split says it."""
+    if p.cpu_throttled_source == "bpf":
+        return "measured at each switch-out"
+    return "inferred from the cgroup's cpu.stat"
+
+
+def limit_line(p: ProcessSample) -> str | None:
+    """The cgroup CPU limit the process runs under, and what the kernel counted this interval."""
+    if p.cpu_quota is None:
+        return None
+    lim = p.cpu_limit
+    text = f"CPU limit: {p.cpu_quota:g} CPUs"
+    if lim is None:
+        return text
+    text += f" ({lim.file})"
+    if lim.burst is not None:
+        text += f", burst {lim.burst:g} CPUs"
+    if lim.periods:
+        text += f"; throttled in {lim.throttled_periods or 0} of {lim.periods} periods"
+        if lim.throttled_ms is not None:
+            text += f" ({lim.throttled_ms:.0f} ms over its CPUs)"
+        text += " this interval"
+    elif lim.periods is not None:
+        text += "; no period this interval"
+    return f"{text}\n  cgroup {lim.cgroup}"
 
 
 def wait_key(p: ProcessSample) -> Text:
@@ -71,8 +103,11 @@ def wait_key(p: ProcessSample) -> Text:
     for i, s in enumerate(split.segments):
         if i:
             t.append(", ")
-        t.append("■ ", style=SPLIT_COLOURS[s.key])
+        colour = SPLIT_COLOURS[s.key]
+        t.append("■ ", style=RICH_COLOURS.get(colour, colour))
         t.append(f"{s.label} {s.pct:.0f}%")
+        if s.key == "throttled":
+            t.append(f" ({throttled_source(p)})")
     return t
 
 
@@ -81,8 +116,14 @@ def wait_lines(p: ProcessSample) -> list[str]:
     split = wait_split(p)
     if split is None:
         return ["time split: not sampled yet"]
-    parts = ", ".join(f"{s.label} {s.pct:.0f}%" for s in split.segments)
+    parts = ", ".join(
+        f"{s.label} {s.pct:.0f}%" + (f" ({throttled_source(p)})" if s.key == "throttled" else "")
+        for s in split.segments
+    )
     lines = [f"last interval: {parts}"]
+    limit = limit_line(p)
+    if limit is not None:
+        lines.extend(limit.split("\n"))
     if not split.measured:
         lines.append("what it waits on (input, GPU, ...) needs the eBPF probe")
     if p.preemptors is None:

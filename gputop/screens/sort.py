@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -10,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from gputop.widgets.process_table import COLUMNS
+from gputop.widgets.process_table import COLUMNS, Column
 
 
 class SortScreen(ModalScreen[str | None]):
@@ -22,19 +23,22 @@ class SortScreen(ModalScreen[str | None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f6,q", "dismiss_none", "Cancel")]
 
-    def __init__(self, current: str) -> None:
+    def __init__(self, current: str, columns: Sequence[Column] = COLUMNS) -> None:
         super().__init__()
         self.current = current
+        self.columns = tuple(columns)
 
     def compose(self) -> ComposeResult:
-        options = OptionList(*[Option(f"Sort by {c.label}", id=c.key) for c in COLUMNS])
+        options = OptionList(*[Option(f"Sort by {c.label}", id=c.key) for c in self.columns])
         options.border_title = "Sort by"
         yield options
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)
         # The pod column (shown only for containers) is not in the menu: start at the top.
-        options.highlighted = next((i for i, c in enumerate(COLUMNS) if c.key == self.current), 0)
+        options.highlighted = next(
+            (i for i, c in enumerate(self.columns) if c.key == self.current), 0
+        )
         options.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

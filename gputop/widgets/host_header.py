@@ -102,6 +102,22 @@ def job_cpus(processes: Iterable[ProcessSample]) -> list[Job]:
     return [(pid, tuple(sorted(c)), quota.get(pid)) for pid, c in sorted(cpus.items())]
 
 
+def job_throttled(processes: Iterable[ProcessSample]) -> dict[int, float]:
+    """Each job whose cgroup the kernel throttled this interval: the share of its CFS
+    periods it was throttled in (cpu.stat), by the job's trainer pid."""
+    out: dict[int, float] = {}
+    for p in processes:
+        lim = p.cpu_limit
+        if p.role not in JOB_ROLES or lim is None or not lim.periods:
+            continue
+        if not lim.throttled_periods:
+            continue
+        owner = p.trainer_pid if p.trainer_pid is not None else p.pid
+        pct = 100.0 * lim.throttled_periods / lim.periods
+        out[owner] = max(pct, out.get(owner, 0.0))
+    return out
+
+
 def _gib(mib: int) -> str:
     return f"{mib / 1024:.1f}G"
 
@@ -138,6 +154,7 @@ class HostHeader(LineWidget):
     def __init__(self, *, id: str | None = None) -> None:
         self.host: HostSample | None = None
         self.jobs: list[Job] = []
+        self.throttled: dict[int, float] = {}
         self.cpu_rows = 0
         super().__init__(id=id)
 
@@ -154,6 +171,7 @@ class HostHeader(LineWidget):
             return
         self.host = frame.host
         self.jobs = job_cpus(frame.processes)
+        self.throttled = job_throttled(frame.processes)
         self.rebuild()
 
     # ---- lines ----------------------------------------------------------------
@@ -270,18 +288,25 @@ class HostHeader(LineWidget):
         if not compact and host.procs_running:
             items.append([("Run ", "host-header--label"), (str(host.procs_running), "")])
         if self.jobs:
-            # Jobs that may run on the same CPUs (and under the same limit) share one entry.
-            by_set: dict[tuple[tuple[int, ...], float | None], list[int]] = {}
+            # Jobs that may run on the same CPUs (and under the same limit, throttled
+            # alike) share one entry.
+            by_set: dict[tuple[tuple[int, ...], float | None, float | None], list[int]] = {}
             for pid, cpus, quota in self.jobs:
-                by_set.setdefault((cpus, quota), []).append(pid)
+                thr = self.throttled.get(pid)
+                by_set.setdefault((cpus, quota, None if thr is None else round(thr)), []).append(
+                    pid
+                )
             jobs: Line = [("jobs " if compact else "jobs may run on ", "host-header--label")]
-            for k, ((cpus, quota), pids) in enumerate(by_set.items()):
+            for k, ((cpus, quota, thr), pids) in enumerate(by_set.items()):
                 everywhere = len(cpus) >= host.ncpu
                 if compact:
                     where = "all" if everywhere else format_cpu_list(cpus)
                     if quota is not None:
                         where += f"/{quota:g}"
-                    jobs.append(((" " if k else "") + where + ":", ""))
+                    jobs.append(((" " if k else "") + where, ""))
+                    if thr is not None:
+                        jobs.append((f" thr {thr:.0f}%", "host-header--warn"))
+                    jobs.append((":", ""))
                     jobs.append((",".join(map(str, pids)), "host-header--muted"))
                     continue
                 where = (
@@ -292,6 +317,8 @@ class HostHeader(LineWidget):
                 if quota is not None:
                     where += f", cgroup limit {quota:g} CPUs"
                 jobs.append(((" · " if k else "") + where, ""))
+                if thr is not None:
+                    jobs.append((f", throttled {thr:.0f}% of periods", "host-header--warn"))
                 jobs.append((f" (pid {', '.join(map(str, pids))})", "host-header--muted"))
             items.append(jobs)
         return items

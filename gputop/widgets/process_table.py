@@ -64,10 +64,15 @@ HSCROLL_STEP = 8
 # Shown before COMMAND only while some process runs in a container or pod
 # (gputop/sources/cgroup.py): the pod's namespace/name, else the short container id.
 POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False, drop=3)
+# Shown after RUNQ% only while some job process runs under a cgroup CPU limit: the part
+# of its run-queue time the limit held it back, "~" where inferred from cpu.stat.
+THROTTLED_COLUMN = Column(
+    "throttled", "THR%", 5, lambda p: _num(p.cpu_throttled_pct), True, True, drop=5
+)
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 # A row's cells also hold the tree prefix drawn before COMMAND under this key.
 TREE = "tree"
-_BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN)}
+_BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN, THROTTLED_COLUMN)}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
 
 
@@ -118,6 +123,33 @@ def _fmt(v: float | None) -> str:
     if v is None:
         return "n/a"
     return f"{v:.1f}" if v < 99.95 else f"{v:.0f}"
+
+
+def throttled_cell(p: ProcessSample) -> Cell:
+    """THR%: "" outside a limit, ``n/a`` before it is known, ``~`` after an inferred share.
+
+    Every share keeps the place of the mark, so measured and inferred digits line up.
+    """
+    if p.cpu_quota is None and p.cpu_throttled_pct is None:
+        return ("", "")
+    text, cls = _pct(p.cpu_throttled_pct, 20.0, 10.0)
+    inferred = p.cpu_throttled_pct is not None and p.cpu_throttled_source == "cpu.stat"
+    return (text + ("~" if inferred else " "), cls)
+
+
+def limited(procs: Iterable[ProcessSample]) -> bool:
+    """Whether any process runs under a cgroup CPU limit (THR% is shown)."""
+    return any(p.cpu_quota is not None or p.cpu_throttled_pct is not None for p in procs)
+
+
+def table_columns(procs: Sequence[ProcessSample]) -> tuple[Column, ...]:
+    """COLUMNS, with THR% after RUNQ% under a CPU limit and POD before COMMAND in containers."""
+    cols = list(COLUMNS)
+    if limited(procs):
+        cols.insert(COLUMN_KEYS.index("runq") + 1, THROTTLED_COLUMN)
+    if any(pod_text(p) for p in procs):
+        cols.insert(len(cols) - 1, POD_COLUMN)
+    return tuple(cols)
 
 
 def count_text(n: int | None) -> str:
@@ -330,15 +362,18 @@ class ProcessTable(ScrollView, can_focus=True):
             return
         self._procs = tuple(frame.processes)
         self.since = view.preempt_since
-        columns = COLUMNS
-        if any(pod_text(p) for p in self._procs):
-            columns = (*COLUMNS[:-1], POD_COLUMN, COLUMNS[-1])
+        columns = table_columns(self._procs)
         if columns != self._columns:
             # Every row and the header change shape.
             self._columns = columns
             self._cells, self._strips, self._header = {}, {}, None
             self.refresh()
         self._apply()
+
+    @property
+    def sort_columns(self) -> tuple[Column, ...]:
+        """The columns one may sort by now: the table's, POD aside (F6's menu, < and >)."""
+        return tuple(c for c in self._columns if c is not POD_COLUMN)
 
     @property
     def view(self) -> TableView:
@@ -355,8 +390,12 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def sort_step(self, step: int) -> None:
         """Sort by the column ``step`` places to the right (wrapping), htop's < and >."""
-        i = COLUMN_KEYS.index(self.sort_key)
-        self.sort_by(COLUMN_KEYS[(i + step) % len(COLUMN_KEYS)])
+        keys = [c.key for c in self.sort_columns]
+        if self.sort_key not in keys:
+            # Sorted by a column no longer shown (THR% after the limit went): from RUNQ%.
+            keys.insert(keys.index("runq") + 1, self.sort_key)
+        i = keys.index(self.sort_key)
+        self.sort_by(keys[(i + step) % len(keys)])
 
     def watch_sort_key(self) -> None:
         self._view_changed()
@@ -460,7 +499,9 @@ class ProcessTable(ScrollView, can_focus=True):
             "gpu": (",".join(str(g) for g in p.gpus), ""),
             "gpumem": (_mem(p.gpu_mem_mib, bool(p.gpus)), ""),
         }
-        if len(self._columns) > len(COLUMNS):
+        if THROTTLED_COLUMN in self._columns:
+            row["throttled"] = throttled_cell(p)
+        if POD_COLUMN in self._columns:
             row["pod"] = (pod_text(p), "process-table--muted")
         row[TREE] = (prefix, "process-table--muted")
         row["command"] = (command_text(p)[:300], role_cls)

@@ -15,6 +15,7 @@ from gputop.model.waits import WaitSplit, wait_split
 GLYPHS = {
     "cpu": "█",
     "runq": "▓",
+    "throttled": "▚",
     "input": "▒",
     "gpu": "░",
     "irq": "░",
@@ -24,6 +25,7 @@ GLYPHS = {
 SHORT = {
     "cpu": "cpu",
     "runq": "cpu-wait",
+    "throttled": "throttled",
     "input": "batches",
     "irq": "gpu/irq",
     "gpu": "gpu",
@@ -34,6 +36,7 @@ SHORT = {
 COMPACT = {
     "cpu": "cpu",
     "runq": "wait",
+    "throttled": "thr",
     "input": "in",
     "irq": "irq",
     "gpu": "gpu",
@@ -61,13 +64,25 @@ def bar_cells(split: WaitSplit, width: int) -> list[tuple[str, int]]:
     return runs
 
 
-def legend(split: WaitSplit, names: dict[str, str] = SHORT) -> str:
+def seg_name(key: str, names: dict[str, str], inferred: bool) -> str:
+    """A part's name beside the bar; a throttled part inferred from ``cpu.stat`` ends in ``~``."""
+    return names[key] + ("~" if inferred and key == "throttled" else "")
+
+
+def legend(split: WaitSplit, names: dict[str, str] = SHORT, inferred: bool = False) -> str:
     """The numbers beside the bar: ``cpu 3 cpu-wait 10 batches 32 gpu 50 other 5``."""
-    return " ".join(f"{names[s.key]} {s.pct:.0f}" for s in split.segments)
+    return " ".join(f"{seg_name(s.key, names, inferred)} {s.pct:.0f}" for s in split.segments)
+
+
+def _inferred(p: ProcessSample) -> bool:
+    return p.cpu_throttled_source == "cpu.stat"
 
 
 class TrainerWaitBars(Static):
     """Per trainer: on-CPU work | CPU wait | waiting for batches | waiting for the GPU | other.
+
+    Under a cgroup CPU limit the CPU wait its limit held the trainer back is its own
+    part (``throttled``; ``throttled~`` where inferred from ``cpu.stat``).
 
     The GPU part is measured where the probe watches the trainer's CUDA
     synchronization, and stands in as interrupt wake-ups (inferred, ``gpu/irq``)
@@ -88,6 +103,7 @@ class TrainerWaitBars(Static):
     TrainerWaitBars > .wait-bars--label { color: $text-muted; }
     TrainerWaitBars > .wait-bars--cpu { color: $text-success; }
     TrainerWaitBars > .wait-bars--runq { color: $text-error; }
+    TrainerWaitBars > .wait-bars--throttled { color: $text-error; text-style: bold; }
     TrainerWaitBars > .wait-bars--input { color: $text-warning; }
     TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
     TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
@@ -99,6 +115,7 @@ class TrainerWaitBars(Static):
         "wait-bars--label",
         "wait-bars--cpu",
         "wait-bars--runq",
+        "wait-bars--throttled",
         "wait-bars--input",
         "wait-bars--irq",
         "wait-bars--gpu",
@@ -154,14 +171,21 @@ class TrainerWaitBars(Static):
             notes.append(note)
         names, label_w = SHORT, LABEL_W
         widest = max(
-            (len(legend(sp) + n) for (_p, sp), n in zip(shown, notes, strict=True)), default=0
+            (
+                len(legend(sp, SHORT, _inferred(p)) + n)
+                for (p, sp), n in zip(shown, notes, strict=True)
+            ),
+            default=0,
         )
         if LABEL_W + MIN_BAR_W + widest + 4 > width:
             names, label_w = COMPACT, COMPACT_LABEL_W
             notes = [n.replace(" (split needs eBPF)", " (no eBPF)") for n in notes]
         # One bar width for every row, so the bars line up and compare.
         widest = max(
-            (len(legend(sp, names) + n) for (_p, sp), n in zip(shown, notes, strict=True)),
+            (
+                len(legend(sp, names, _inferred(p)) + n)
+                for (p, sp), n in zip(shown, notes, strict=True)
+            ),
             default=0,
         )
         bar_w = max(MIN_BAR_W, width - label_w - widest - 4)
@@ -177,7 +201,7 @@ class TrainerWaitBars(Static):
             for j, seg in enumerate(split.segments):
                 if j:
                     out.append(" ")
-                out.append(f"{names[seg.key]} ", style=self._style("label"))
+                out.append(f"{seg_name(seg.key, names, _inferred(p))} ", style=self._style("label"))
                 out.append(f"{seg.pct:.0f}", style=self._style(seg.key))
             if note:
                 out.append(note, style=self._style("note"))

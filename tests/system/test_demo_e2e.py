@@ -1,17 +1,21 @@
 """End to end: `gputop record --demo NAME` runs the real workload (CPU hogs in
-cpu-contention) and reaches its verdict, and nothing the demo started survives gputop's
-exit, Ctrl-C, SIGTERM, SIGHUP or SIGKILL."""
+cpu-contention, a real CPU-limited cgroup in cpu-limit) and reaches its verdict, and nothing
+the demo started survives gputop's exit, Ctrl-C, SIGTERM, SIGHUP or SIGKILL: no process,
+and no cgroup."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gputop.demo import SCENARIOS
+from tests.cgrouputil import cpu_hierarchy
 from tests.harness import start_gputop
 from tests.procutil import descendants, proc_comm, survivors
 from tests.recordutil import record_demo
@@ -36,13 +40,33 @@ def summary(frames: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _skip_without_cgroups(name: str) -> None:
+    """The cpu-limit demo makes a cgroup: it runs as root on a writable cpu controller."""
+    if SCENARIOS[name].cpu_limit is None:
+        return
+    if os.geteuid() != 0:
+        pytest.skip("the cpu-limit demo needs root (it makes a cgroup)")
+    if cpu_hierarchy() is None:
+        pytest.skip("the cpu-limit demo needs a writable cgroup cpu controller")
+
+
+def _demo_cgroup(gputop_pid: int) -> Path | None:
+    """Where the cpu-limit demo of this gputop makes its cgroup (None: no cpu controller)."""
+    found = cpu_hierarchy()
+    return None if found is None else found[0] / f"gputop-demo-{gputop_pid}"
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
+    _skip_without_cgroups(name)
     expected = SCENARIOS[name].expect
     frames = record_demo(name, interval=0.5, duration=3.5)
     states = [f["verdicts"][0]["state"] for f in frames]
     assert expected in states[:TICKS_TO_VERDICT], summary(frames)
     assert states[-1] == expected, summary(frames)
+    cause = SCENARIOS[name].expect_cause
+    if cause is not None:
+        assert frames[-1]["verdicts"][0]["cause"] == cause, summary(frames)
     last = frames[-1]
     assert last["sources"]["gpu"] == "demo"
     (trainer,) = [p for p in last["processes"] if p["role"] == "trainer" and p["gpus"] == [0]]
@@ -87,11 +111,16 @@ def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
         ("sigterm", "slow-dataloader"),
         ("sighup", "healthy"),
         ("sigkill", "cpu-contention"),
+        ("exit", "cpu-limit"),
+        ("sigterm", "cpu-limit"),
+        ("sigkill", "cpu-limit"),
     ],
 )
 def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
+    _skip_without_cgroups(name)
     extra = ["--duration", "1.5"] if how == "exit" else []
     proc = _start_record(name, extra)
+    cgroup = _demo_cgroup(proc.pid) if SCENARIOS[name].cpu_limit is not None else None
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -101,6 +130,11 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
         assert {"gputop-demo", "demo_trainer", "pt_data_worker"} <= comms, comms
         if SCENARIOS[name].hogs_per_cpu:
             assert "cpu_hog" in comms
+        if cgroup is not None:
+            # The whole job runs in the limited cgroup gputop made.
+            inside = {int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()}
+            job = {pid for pid in tree if proc_comm(pid) in ("demo_trainer", "pt_data_worker")}
+            assert job and job <= inside, (job, inside)
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends to the foreground group
         elif how != "exit":
@@ -111,6 +145,12 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
         _, err = proc.communicate(timeout=20)
         assert survivors(tree) == []
         assert "Traceback" not in err
+        if cgroup is not None:
+            # After SIGKILL the launcher removes it on its own: give it the time survivors had.
+            deadline = time.monotonic() + 5.0
+            while cgroup.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not cgroup.exists()
     finally:
         if proc.poll() is None:
             proc.kill()

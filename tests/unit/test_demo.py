@@ -101,6 +101,7 @@ def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
     expected = {
         "healthy": "ok",
         "cpu-contention": "busy_but_starving",
+        "cpu-limit": "busy_but_starving",
         "slow-dataloader": "input_bound",
         "memory-bound": "low_sm_efficiency",
         "throttled": "throttled",
@@ -108,6 +109,10 @@ def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
     assert {n: s.expect for n, s in SCENARIOS.items() if n in expected} == expected
     assert SCENARIOS["cpu-contention"].hogs(2) > 2
     assert SCENARIOS["healthy"].hogs(2) == 0
+    # The limit is the only thing holding cpu-limit back: no hogs, a cause named.
+    limited = SCENARIOS["cpu-limit"]
+    assert (limited.cpu_limit, limited.hogs(2), limited.expect_cause) == (0.25, 0, "cpu_limit")
+    assert all(s.cpu_limit is None for n, s in SCENARIOS.items() if n != "cpu-limit")
 
 
 def test_unknown_scenario_is_a_usage_error_naming_the_valid_ones() -> None:

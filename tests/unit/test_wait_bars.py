@@ -6,9 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gputop.model.waits import wait_split
-from gputop.screens.process import wait_lines
+from gputop.screens.process import limit_line, wait_lines
 from gputop.widgets.wait_bars import bar_cells
-from tests.frames_fixture import STARVING_TRAINER_PID, make_frames, unmeasured
+from tests.frames_fixture import (
+    LIMIT_CGROUP,
+    OTHER_TRAINER_PID,
+    STARVING_TRAINER_PID,
+    cpu_limited,
+    make_frames,
+    unmeasured,
+)
 
 
 def test_bar_cells_fill_the_width_exactly_in_order() -> None:
@@ -89,3 +96,44 @@ def test_without_the_gpu_measured_interrupt_wakeups_stand_in_for_it() -> None:
     got = {s.key: round(s.pct, 1) for s in split.segments}
     assert got == {"cpu": 40.0, "runq": 15.0, "input": 15.0, "irq": 25.0, "other": 5.0}
     assert "gpu" not in got
+
+
+def test_throttled_time_is_carved_out_of_the_cpu_wait_never_counted_twice() -> None:
+    trainer = next(p for p in make_frames(3)[-1].processes if p.pid == STARVING_TRAINER_PID)
+    free = wait_split(trainer)
+    assert free is not None and free.pct("throttled") is None
+    for measured in (trainer, unmeasured([make_frames(3)[-1]])[0].processes[0]):
+        whole = wait_split(measured)
+        assert whole is not None
+        # Throttled within the run-queue time, and more than all of it: capped at it.
+        for thr in (5.0, 500.0):
+            split = wait_split(replace(measured, cpu_throttled_pct=thr))
+            assert split is not None
+            keys = [s.key for s in split.segments]
+            assert keys[keys.index("runq") + 1] == "throttled"
+            runq_part = (split.pct("runq") or 0.0) + (split.pct("throttled") or 0.0)
+            assert abs(runq_part - (whole.pct("runq") or 0.0)) < 1e-9
+            assert split.pct("throttled") == min(thr, whole.pct("runq") or 0.0)
+            assert (
+                abs(sum(s.pct for s in split.segments) - sum(s.pct for s in whole.segments)) < 1e-9
+            )
+            for key in ("cpu", "input", "blocked"):
+                assert split.pct(key) == whole.pct(key)
+
+
+def test_the_limit_line_names_quota_file_burst_periods_and_cgroup() -> None:
+    frame = cpu_limited(make_frames(1))[0]
+    trainer = next(p for p in frame.processes if p.pid == STARVING_TRAINER_PID)
+    assert trainer.cpu_limit is not None
+    burst = replace(trainer, cpu_limit=replace(trainer.cpu_limit, burst=0.5))
+    assert limit_line(burst) == (
+        "CPU limit: 0.25 CPUs (cpu.cfs_quota_us), burst 0.5 CPUs; "
+        "throttled in 9 of 10 periods (612 ms over its CPUs) this interval\n"
+        f"  cgroup {LIMIT_CGROUP}"
+    )
+    first = replace(trainer, cpu_limit=replace(trainer.cpu_limit, periods=None))
+    assert limit_line(first) == f"CPU limit: 0.25 CPUs (cpu.cfs_quota_us)\n  cgroup {LIMIT_CGROUP}"
+    idle = replace(trainer, cpu_limit=replace(trainer.cpu_limit, periods=0, throttled_periods=0))
+    assert "; no period this interval" in (limit_line(idle) or "")
+    other = next(p for p in frame.processes if p.pid == OTHER_TRAINER_PID)
+    assert limit_line(other) is None
