@@ -128,11 +128,14 @@ def wait_lines(p: ProcessSample) -> list[str]:
         lines.append("what it waits on (input, GPU, ...) needs the eBPF probe")
     if p.preemptors is None:
         lines.append("preempted by: needs the eBPF probe")
-    elif not p.preemptors:
-        lines.append("preempted by: nobody this interval")
     else:
-        lines.append("preempted by (share of its lost CPU time):")
-        lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {q.comm}" for q in p.preemptors)
+        # A share that reads 0% is a kernel thread's tick, not a preemptor to list.
+        took = [q for q in p.preemptors if round(q.share_pct) >= 1]
+        if not took:
+            lines.append("preempted by: nobody took 1% of its lost CPU time this interval")
+        else:
+            lines.append("preempted by (share of its lost CPU time):")
+            lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {q.comm}" for q in took)
     return lines
 
 

@@ -137,3 +137,20 @@ def test_the_limit_line_names_quota_file_burst_periods_and_cgroup() -> None:
     assert "; no period this interval" in (limit_line(idle) or "")
     other = next(p for p in frame.processes if p.pid == OTHER_TRAINER_PID)
     assert limit_line(other) is None
+
+
+def test_preemptors_under_half_a_percent_are_not_listed_as_preemptors() -> None:
+    from gputop.model.frame import Preemptor
+
+    p = replace(
+        make_frames(1)[0].processes[0],
+        preemptors=(Preemptor(900, "stress", 41.0), Preemptor(77, "kworker/0:1", 0.3)),
+    )
+    lines = wait_lines(p)
+    i = lines.index("preempted by (share of its lost CPU time):")
+    assert lines[i + 1 :] == ["   41%  pid 900 stress"]
+    idle = replace(p, preemptors=(Preemptor(77, "kworker/0:1", 0.2),))
+    assert wait_lines(idle)[-1] == "preempted by: nobody took 1% of its lost CPU time this interval"
+    assert wait_lines(replace(p, preemptors=()))[-1] == (
+        "preempted by: nobody took 1% of its lost CPU time this interval"
+    )
