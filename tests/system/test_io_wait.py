@@ -14,12 +14,16 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.bpfutil import why_no_bcc_probe
+from gputop.sources.sched_probe import BpfSchedProbe
+from tests.bpfutil import Intervals, why_no_bcc_probe
 from tests.cgrouputil import blkio_hierarchy, read_throttled_loop_device
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.harness import gputop_cmd
@@ -70,11 +74,9 @@ def _clock_share(log: list[tuple[float, float]], start: float, end: float) -> fl
     return 100.0 * (b[1] - a[1]) / (b[0] - a[0])
 
 
-def test_a_reader_of_a_throttled_disk_is_in_io_wait_as_long_as_its_reads_take(
-    tmp_path: Path,
-) -> None:
-    if (why := _why_not()) is not None:
-        pytest.skip(why)
+@contextmanager
+def _reader(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], list[tuple[float, float]]]]:
+    """The reader in its throttled cgroup, and its reports (wall time, total read s) so far."""
     with read_throttled_loop_device(tmp_path, READ_IOPS) as (dev, cg):
         reader = subprocess.Popen(
             [sys.executable, "-c", READER, dev, str(cg / "cgroup.procs"), str(SLEEP_S)],
@@ -92,15 +94,56 @@ def test_a_reader_of_a_throttled_disk_is_in_io_wait_as_long_as_its_reads_take(
         th = threading.Thread(target=drain, daemon=True)
         th.start()
         try:
-            fake = FakeNvml(
-                tmp_path / "nvml",
-                [FakeGpu(util=[30], sm_util=[5], processes=[FakeProc(pid=reader.pid)])],
-            )
-            frames = _record(fake.env())
+            yield reader, log
         finally:
             reader.kill()
             reader.wait()
             th.join(10)
+
+
+@pytest.mark.parametrize("loader", ["libbpf", "bcc"])
+def test_the_probes_io_wait_is_the_readers_time_inside_reads_with_either_loader(
+    loader: str, tmp_path: Path
+) -> None:
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+    probe = BpfSchedProbe(use_loader=loader)
+    probe.open()
+    try:
+        if not probe.wait_attached(120):
+            pytest.fail(f"probe did not attach with {loader}: {probe.status}")
+        with _reader(tmp_path) as (reader, log):
+            intervals = Intervals(probe)
+            time.sleep(0.5)  # its first reads are in the cgroup
+            t0 = time.time()
+            intervals.read()
+            time.sleep(4.0)
+            t1 = time.time()
+            r = intervals.read()
+            time.sleep(0.1)  # a report after the window's end
+    finally:
+        probe.close()
+    assert r is not None and reader.pid in r.per_tid, "the reader switched, so it has a row"
+    main = r.per_tid[reader.pid]
+    got = 100.0 * main.io_wait_ns / r.dt_ns
+    clock = _clock_share(log, t0, t1)
+    print(f"{loader}: io_wait {got:.1f} % (probe) vs {clock:.1f} % (the reader's own clock)")
+    assert 30.0 <= clock <= 90.0, f"the throttle did not hold the reads: {clock:.1f}%"
+    assert main.io_wait_ns <= main.blocked_ns
+    assert abs(got - clock) <= 5.0, (got, clock, main)
+
+
+def test_a_reader_of_a_throttled_disk_is_in_io_wait_as_long_as_its_reads_take(
+    tmp_path: Path,
+) -> None:
+    if (why := _why_not()) is not None:
+        pytest.skip(why)
+    with _reader(tmp_path) as (reader, log):
+        fake = FakeNvml(
+            tmp_path / "nvml",
+            [FakeGpu(util=[30], sm_util=[5], processes=[FakeProc(pid=reader.pid)])],
+        )
+        frames = _record(fake.env())
     assert reader.returncode is not None
     bpf = [f for f in frames if f["sources"]["sched"] == "bpf"][SKIP_FRAMES:]
     rows = [p for f in bpf for p in f["processes"] if p["pid"] == reader.pid]
