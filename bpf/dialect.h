@@ -25,6 +25,9 @@
 // Runnable, but held back by its cgroup's CPU limit (CFS bandwidth throttling): only the
 // CO-RE build can tell (it reads the task's throttle state); bcc's never says so.
 #define SWITCH_THROTTLED 3
+// Blocked in uninterruptible sleep (D: disk I/O, a page fault on a mapped file), which
+// the kernel counts as I/O wait; an idle kernel thread (I: TASK_IDLE) is not.
+#define SWITCH_IO_WAIT 4
 
 #ifdef GPUTOP_CORE
 
@@ -92,6 +95,8 @@ struct task_struct___pre514 {
 #define GT_FIELD_EXISTS(field) __builtin_preserve_field_info(field, 2 /* BPF_FIELD_EXISTS */)
 #define EXIT_DEAD 0x10    // include/linux/sched.h: exit_state, unchanged since 2.6
 #define EXIT_ZOMBIE 0x20
+#define TASK_UNINTERRUPTIBLE 0x2  // include/linux/sched.h: __state, unchanged since 2.6
+#define TASK_NOLOAD 0x400         // with TASK_UNINTERRUPTIBLE: TASK_IDLE, reported as I
 
 static __always_inline u32 gt_task_pid(u64 task) {
     return ((struct task_struct *)task)->pid;
@@ -125,8 +130,9 @@ static __always_inline int gt_throttled(struct task_struct *prev) {
 // How sched_switch's `prev` left the CPU, as the tracepoint record would say it:
 // preempted (R+) or still TASK_RUNNING is runnable (throttled where its cgroup's
 // limit holds it back); EXIT_ZOMBIE/EXIT_DEAD in its exit_state is its last switch;
-// any other state is blocked. The state is read from the task, which works whether
-// or not this kernel passes it (5.18+).
+// TASK_UNINTERRUPTIBLE without TASK_NOLOAD is I/O wait (the record's D); any other
+// state is blocked. The state is read from the task, which works whether or not
+// this kernel passes it (5.18+).
 static __always_inline u32 gt_switch_how(u64 *args) {
     struct task_struct *prev = (void *)args[1];
     if (args[0] & 0xff)  // bool preempt
@@ -138,6 +144,8 @@ static __always_inline u32 gt_switch_how(u64 *args) {
         state = prev->__state;
     else
         state = ((struct task_struct___pre514 *)prev)->state;
+    if ((state & (TASK_UNINTERRUPTIBLE | TASK_NOLOAD)) == TASK_UNINTERRUPTIBLE)
+        return SWITCH_IO_WAIT;
     if (state != 0)
         return SWITCH_BLOCKED;
     return gt_throttled(prev) ? SWITCH_THROTTLED : SWITCH_RUNNABLE;
@@ -205,8 +213,12 @@ const char gputop_inputs_sha256[] SEC("gputop.inputs") = GPUTOP_INPUTS_SHA256;
 #define GT_SWITCH_PREV(args) ((args)->prev_pid)
 #define GT_SWITCH_NEXT(args) ((args)->next_pid)
 // R (state 0) and R+ (preempted: only the bit above the report mask) are runnable.
+// The record reports TASK_IDLE as I (its own bit), so its D bit (0x2, unchanged since
+// 2.6) is uninterruptible sleep alone.
+#define REPORT_D 0x2
 #define GT_SWITCH_HOW(args)                                                   \
     (((args)->prev_state & DEAD_MASK)          ? SWITCH_DEAD                 \
+     : ((args)->prev_state & REPORT_D)          ? SWITCH_IO_WAIT              \
      : ((args)->prev_state & NOT_RUNNABLE_MASK) ? SWITCH_BLOCKED : SWITCH_RUNNABLE)
 #define GT_WAKEE(args) ((args)->pid)
 #define GT_WAKEE_CPU(args) ((args)->target_cpu)

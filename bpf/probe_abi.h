@@ -47,18 +47,22 @@ struct thread_t {
     u64 sync_runq_ns;  // of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_SYNC])
     u64 runq_after_input_ns;  // run-queue wait right after a wake-up by the input pipeline
     u64 throttled_ns;  // of runq_ns: held back by its cgroup's CPU limit (CO-RE build only)
+    u64 io_wait_ns;  // of blocked_ns: in uninterruptible sleep (D), up to its wakeup
     u32 wake_class;  // class of the waking that ended the current blocked stretch
     u32 wait_slot;  // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
     u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
     u32 sync_depth;  // CUDA synchronization calls in progress (nested calls count once)
     u32 active_ep;  // epoch + 1 in which its process was last marked in the activity map
     u32 throttled;  // the last runnable switch-out was its cgroup's CPU limit (SWITCH_THROTTLED)
+    u32 io_wait;  // the last blocked switch-out was in uninterruptible sleep (SWITCH_IO_WAIT)
+    u32 pad;
 };
 
 struct group_t {
     u64 dead_runq_ns;  // totals folded in from threads that have exited
     u64 dead_throttled_ns;
     u64 dead_blocked_ns;
+    u64 dead_io_wait_ns;
     u64 dead_oncpu_ns;
     u64 dead_nivcsw;
     u64 dead_nvcsw;

@@ -76,6 +76,9 @@ GT_HASH(activity, u32, u8, MAX_TGIDS);
 // The task on each CPU since its last switch (its tid; 0: idle): a thread that runs
 // without ever switching is active too.
 GT_ARRAY(running, u32, MAX_CPU_SLOTS);
+// One group_t nobody writes: a new group's first value, kept off the 512-byte stack
+// (a zeroed group_t there and a thread_t beside it in on_switch exceed it).
+GT_ARRAY(blank_group, struct group_t, 1);
 
 static __always_inline u64 max_u64(u64 a, u64 b) {
     return a > b ? a : b;
@@ -147,8 +150,11 @@ static __always_inline struct group_t *group_of(u32 tgid) {
     struct group_t *g = GT_LOOKUP(groups, &tgid);
     if (g)
         return g;
-    struct group_t zero = {};
-    if (GT_INSERT(groups, &tgid, &zero) != 0) {
+    u32 first = 0;
+    struct group_t *zero = GT_LOOKUP(blank_group, &first);
+    if (!zero)
+        return NULL;
+    if (GT_INSERT(groups, &tgid, zero) != 0) {
         // -EEXIST means another CPU created it first: not an error.
         g = GT_LOOKUP(groups, &tgid);
         if (!g)
@@ -197,6 +203,9 @@ static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out,
         t->runq_ns += runq;
     }
     t->blocked_ns += blocked;
+    // Uninterruptible sleep (D) up to its wakeup: mostly waiting for a disk.
+    if (t->io_wait)
+        t->io_wait_ns += blocked;
     u32 cls = t->wake_class;
     if (cls >= WAKE_CLASSES)
         cls = WAKE_NONE;
@@ -292,6 +301,7 @@ static __always_inline void retire_thread(u32 tid) {
         __sync_fetch_and_add(&g->dead_runq_ns, t->runq_ns);
         __sync_fetch_and_add(&g->dead_throttled_ns, t->throttled_ns);
         __sync_fetch_and_add(&g->dead_blocked_ns, t->blocked_ns);
+        __sync_fetch_and_add(&g->dead_io_wait_ns, t->io_wait_ns);
         __sync_fetch_and_add(&g->dead_oncpu_ns, t->oncpu_ns);
         __sync_fetch_and_add(&g->dead_nivcsw, t->nivcsw);
         __sync_fetch_and_add(&g->dead_nvcsw, t->nvcsw);
@@ -302,7 +312,8 @@ static __always_inline void retire_thread(u32 tid) {
 
 // A context switch on this CPU from `prev` to `next` (0: the idle task); `how`
 // the outgoing thread left: still runnable (preempted or yielding), throttled by its
-// cgroup's CPU limit, blocked, or dead.
+// cgroup's CPU limit, blocked in uninterruptible sleep (I/O wait), otherwise blocked,
+// or dead.
 static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
     u64 now = bpf_ktime_get_ns();
     u32 cur = current_epoch();
@@ -363,7 +374,8 @@ static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
                 // A throttled thread waits for its cgroup's next period, not for
                 // whoever runs here next: nobody is charged for that wait.
                 t->throttled = how == SWITCH_THROTTLED;
-                if (how == SWITCH_BLOCKED) {
+                t->io_wait = how == SWITCH_IO_WAIT;
+                if (how == SWITCH_BLOCKED || how == SWITCH_IO_WAIT) {
                     t->runnable = 0;
                     t->nvcsw += 1;
                 } else {

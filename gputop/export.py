@@ -139,6 +139,7 @@ class FrameCollector(Collector):
             ("gputop_host_load15", "15-minute load average", host.load15),
             ("gputop_host_psi_cpu_some_percent", "CPU pressure, some, avg10", host.psi_cpu_some),
             ("gputop_host_psi_cpu_full_percent", "CPU pressure, full, avg10", host.psi_cpu_full),
+            ("gputop_host_psi_io_some_percent", "I/O pressure, some, avg10", host.psi_io_some),
             ("gputop_host_procs_running", "Runnable tasks", float(host.procs_running)),
         ]
         if host.mem_total_mib:
@@ -252,6 +253,12 @@ class FrameCollector(Collector):
             "Share of its cgroup's CFS periods in the interval in which the kernel throttled it",
             PROC_LABELS,
         )
+        io_wait = self._gauge(
+            "gputop_process_io_wait_percent",
+            "Share of the interval the main thread was blocked in uninterruptible sleep"
+            " (mostly disk I/O; part of its blocked time)",
+            PROC_LABELS,
+        )
         for p in _exported_processes(frame):
             labels = [
                 self.host,
@@ -271,6 +278,8 @@ class FrameCollector(Collector):
                 limit.add_metric(labels, p.cpu_quota)
             if p.cpu_throttled_pct is not None:
                 throttled.add_metric([*labels, p.cpu_throttled_source or ""], p.cpu_throttled_pct)
+            if p.io_wait_pct is not None:
+                io_wait.add_metric(labels, p.io_wait_pct)
             lim = p.cpu_limit
             if lim is not None and lim.periods:
                 periods.add_metric(labels, 100.0 * (lim.throttled_periods or 0) / lim.periods)
@@ -287,7 +296,7 @@ class FrameCollector(Collector):
             ):
                 if pct is not None:
                     wait.add_metric([*labels, reason], pct)
-        yield from (cpu, off, runq, pre, vol, total, gmem, wait, limit, throttled, periods)
+        yield from (cpu, off, runq, pre, vol, total, gmem, wait, limit, throttled, periods, io_wait)
 
     def _verdict_metrics(self, frame: Frame) -> Iterator[Any]:
         gpu_of = {g.index: g for g in frame.gpus}

@@ -102,3 +102,54 @@ def cpu_limited_cgroup(quota_cpus: float, period_us: int = 100_000) -> Iterator[
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
         path.rmdir()
+
+
+def blkio_hierarchy() -> Path | None:
+    """The cgroup v1 blkio controller's mount where this process may write (root), or None."""
+    base = Path("/sys/fs/cgroup/blkio")
+    if not (base / "blkio.throttle.read_iops_device").exists() or not os.access(base, os.W_OK):
+        return None
+    return base
+
+
+@contextmanager
+def read_throttled_loop_device(
+    tmp: Path, read_iops: int, size_mib: int = 16
+) -> Iterator[tuple[str, Path]]:
+    """(a loop device over a new file in ``tmp``, a blkio cgroup whose reads of it the kernel
+    caps at ``read_iops`` a second): a process in the cgroup reading the device with
+    O_DIRECT waits in uninterruptible sleep for the throttle, whatever the disk underneath.
+
+    The device is detached and the cgroup removed (what is left in it killed) at the end.
+    """
+    import subprocess
+
+    base = blkio_hierarchy()
+    if base is None:
+        raise RuntimeError("no writable cgroup v1 blkio hierarchy")
+    backing = tmp / "loop.img"
+    with open(backing, "wb") as f:
+        f.truncate(size_mib << 20)
+    dev = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = base / f"gputop-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        path.mkdir()
+        rdev = os.stat(dev).st_rdev
+        (path / "blkio.throttle.read_iops_device").write_text(
+            f"{os.major(rdev)}:{os.minor(rdev)} {read_iops}"
+        )
+        yield dev, path
+    finally:
+        if path.exists():
+            procs = path / "cgroup.procs"
+            deadline = time.monotonic() + 20
+            while (left := procs.read_text().split()) and time.monotonic() < deadline:
+                for pid in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+                time.sleep(0.05)
+            path.rmdir()
+        subprocess.run(["losetup", "--detach", dev], check=False)
+        backing.unlink()

@@ -66,6 +66,8 @@ class HostSample:
     load15: float = 0.0
     psi_cpu_some: float | None = None
     psi_cpu_full: float | None = None
+    psi_io_some: float | None = None
+    """I/O pressure (``/proc/pressure/io`` some, avg10): % of time some task waited on I/O."""
     per_cpu_pct: tuple[float, ...] = ()
     mem_used_mib: int = 0
     mem_total_mib: int = 0
@@ -240,6 +242,9 @@ class ProcessSample:
     cpu_throttled_pct: float | None = None
     """Main thread runnable but held back by its cgroup's CPU limit, % of the interval (part
     of ``runq_pct``); None where no limit applies or it could not be told."""
+    io_wait_pct: float | None = None
+    """Main thread blocked in uninterruptible sleep (D: disk I/O, page faults on mapped
+    files), % of the interval (part of ``blocked_pct``); None without the probe."""
     cpu_limit: CpuLimitSample | None = None
     """Its cgroup CPU limit with the kernel's throttling counters (training jobs only)."""
     # The container and Kubernetes pod the process runs in, from its cgroup path

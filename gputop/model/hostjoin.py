@@ -249,6 +249,7 @@ class HostJoin:
                 wait_irq_total_ms=round(t_irq / 1e6, 3),
                 wait_other_total_ms=round(max(0, t_other - total_moved) / 1e6, 3),
                 blocked_pct=_pct(m.blocked_ns, pdt),
+                io_wait_pct=_pct(m.io_wait_ns, pdt),
                 wait_input_pct=_pct(m.wait_input_ns + moved, pdt),
                 wait_thread_pct=_pct(m.wait_thread_ns, pdt),
                 wait_irq_pct=_pct(m.wait_irq_ns, pdt),

@@ -117,12 +117,15 @@ class ThreadT(AbiStruct):
         ("sync_runq_ns", ctypes.c_uint64),
         ("runq_after_input_ns", ctypes.c_uint64),
         ("throttled_ns", ctypes.c_uint64),
+        ("io_wait_ns", ctypes.c_uint64),
         ("wake_class", ctypes.c_uint32),
         ("wait_slot", ctypes.c_uint32),
         ("waker_tgid", ctypes.c_uint32),
         ("sync_depth", ctypes.c_uint32),
         ("active_ep", ctypes.c_uint32),
         ("throttled", ctypes.c_uint32),
+        ("io_wait", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
         "out_ts": "when it last left a CPU; 0 while on a CPU or unknown",
@@ -146,6 +149,8 @@ class ThreadT(AbiStruct):
         "runq_after_input_ns": "run-queue wait right after a wake-up by the input pipeline",
         "throttled_ns": "of runq_ns: held back by its cgroup's CPU limit (CO-RE build only)",
         "throttled": "the last runnable switch-out was its cgroup's CPU limit (SWITCH_THROTTLED)",
+        "io_wait_ns": "of blocked_ns: in uninterruptible sleep (D), up to its wakeup",
+        "io_wait": "the last blocked switch-out was in uninterruptible sleep (SWITCH_IO_WAIT)",
         "sync_depth": "CUDA synchronization calls in progress (nested calls count once)",
         "active_ep": "epoch + 1 in which its process was last marked in the activity map",
     }
@@ -163,6 +168,7 @@ class GroupT(AbiStruct):
         ("dead_runq_ns", ctypes.c_uint64),
         ("dead_throttled_ns", ctypes.c_uint64),
         ("dead_blocked_ns", ctypes.c_uint64),
+        ("dead_io_wait_ns", ctypes.c_uint64),
         ("dead_oncpu_ns", ctypes.c_uint64),
         ("dead_nivcsw", ctypes.c_uint64),
         ("dead_nvcsw", ctypes.c_uint64),
@@ -260,6 +266,7 @@ MAP_TYPES: dict[str, tuple[Any, Any] | None] = {
     "other_wakers": (WokeKeyT, WokeValT),
     "cpu_waiters": (ctypes.c_int32, WaitersT),
     "irq_depth": (ctypes.c_int32, IrqDepthT),
+    "blank_group": None,
 }
 
 STRUCTS: tuple[type[AbiStruct], ...] = (

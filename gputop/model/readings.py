@@ -92,6 +92,9 @@ class TaskSched:
     runq_after_input_ns: int = 0
     # Of runq_ns: held back by its cgroup's CPU limit (only where throttle_measured).
     throttled_ns: int = 0
+    # Of blocked_ns: in uninterruptible sleep (D at the switch-out: disk I/O, a page
+    # fault on a mapped file), up to its wakeup. Both builds of the probe tell it.
+    io_wait_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ _CUM_FIELDS = (
     "runq_ns",
     "throttled_ns",
     "blocked_ns",
+    "io_wait_ns",
     "oncpu_ns",
     "nivcsw",
     "nvcsw",
@@ -89,6 +90,8 @@ class _Cum:
     runq_after_input_ns: int = 0
     # Of runq_ns: held back by its cgroup's CPU limit (threads and groups alike).
     throttled_ns: int = 0
+    # Of blocked_ns: in uninterruptible sleep (D), mostly disk I/O (threads and groups alike).
+    io_wait_ns: int = 0
 
     def add(self, other: _Cum) -> None:
         for f in _CUM_FIELDS:
@@ -145,6 +148,7 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
         sync_runq_ns=int(t.sync_runq_ns),
         runq_after_input_ns=int(t.runq_after_input_ns),
         throttled_ns=int(t.throttled_ns),
+        io_wait_ns=int(t.io_wait_ns),
     )
     pending = None
     out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
@@ -167,6 +171,8 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
                 runq = now - wake_ts
                 cur.runq_ns += runq
             cur.blocked_ns += blocked
+            if t.io_wait:
+                cur.io_wait_ns += blocked
             cls = int(t.wake_class)
             if in_sync:
                 wait[WAKE_SYNC] += blocked
@@ -310,6 +316,7 @@ class SchedIntervals:
                 wait_sync_ns=d.wait_sync_ns,
                 runq_after_input_ns=d.runq_after_input_ns,
                 throttled_ns=d.throttled_ns,
+                io_wait_ns=d.io_wait_ns,
                 other_wakers=self._woke_deltas(tid, woke.get(tid, {})),
                 wait_totals_ns=(
                     base.wait_input_ns,
@@ -351,6 +358,7 @@ class SchedIntervals:
                         int(row.dead_nvcsw),
                         int(row.dead_missed),
                         throttled_ns=int(row.dead_throttled_ns),
+                        io_wait_ns=int(row.dead_io_wait_ns),
                     )
                 )
                 longest = _longest(row.longest_ns, row.longest_ep, rows.ended_epoch)
@@ -377,6 +385,7 @@ class SchedIntervals:
                 hist=hist_d,
                 missed_switches=d.missed,
                 throttled_ns=d.throttled_ns,
+                io_wait_ns=d.io_wait_ns,
             )
         self._prev_tgid = new_prev
         self._prev_hist = new_prev_hist

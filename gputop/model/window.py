@@ -164,6 +164,8 @@ class ProcAgg:
     """All its threads waiting for a CPU, % of the interval (the base of its preemptors' shares)."""
     cpu_throttled_pct: float | None = None
     """Of ``runq_pct``: held back by its cgroup's CPU limit."""
+    io_wait_pct: float | None = None
+    """Of the blocked time: in uninterruptible sleep (mostly disk I/O)."""
     cpu_throttled_source: str | None = None
     """"bpf" (measured) or "cpu.stat" (inferred); None: not told."""
     limit: LimitAgg | None = None
@@ -253,6 +255,7 @@ class HostAgg:
     load1: float
     procs_running: float
     psi_cpu_some: float | None
+    psi_io_some: float | None = None
     cpus_online: tuple[int, ...] = ()
     per_cpu_pct: tuple[float, ...] = ()
 
@@ -269,6 +272,7 @@ def aggregate_host(frames: Iterable[Frame]) -> HostAgg:
         load1=last.load1,
         procs_running=sum(h.procs_running for h in hosts) / len(hosts),
         psi_cpu_some=mean(h.psi_cpu_some for h in hosts),
+        psi_io_some=mean(h.psi_io_some for h in hosts),
         cpus_online=last.cpus_online or tuple(range(last.ncpu)),
         per_cpu_pct=per_cpu,
     )
@@ -349,6 +353,7 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             gpu_sync_runq_pct=mean(p.gpu_sync_runq_pct for p in ps),
             runq_threads_pct=mean(p.runq_threads_pct for p in ps),
             cpu_throttled_pct=mean(p.cpu_throttled_pct for p in ps),
+            io_wait_pct=mean(p.io_wait_pct for p in ps),
             cpu_throttled_source=next(
                 (p.cpu_throttled_source for p in reversed(ps) if p.cpu_throttled_source), None
             ),

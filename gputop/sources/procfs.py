@@ -40,6 +40,25 @@ def _read(path: str) -> bytes | None:
         os.close(fd)
 
 
+def _psi_avg10(text: bytes | None) -> tuple[float | None, float | None]:
+    """(some, full) avg10 of a ``/proc/pressure/*`` file; None for a line missing or unreadable."""
+    some = full = None
+    for line in (text or b"").split(b"\n"):
+        kind, _, rest = line.partition(b" ")
+        if kind not in (b"some", b"full"):
+            continue
+        fields = dict(f.partition(b"=")[::2] for f in rest.split())
+        try:
+            avg10 = float(fields.get(b"avg10", b""))
+        except ValueError:
+            continue
+        if kind == b"some":
+            some = avg10
+        else:
+            full = avg10
+    return some, full
+
+
 @dataclass(slots=True)
 class _Stat:
     pid: int
@@ -183,16 +202,8 @@ class ProcSource:
                 mem_total = int(line.split()[1]) // 1024
             elif line.startswith(b"MemAvailable:"):
                 mem_avail = int(line.split()[1]) // 1024
-        some = full = None
-        psi = _read(self.root + "/pressure/cpu")
-        if psi:
-            for line in psi.split(b"\n"):
-                if line.startswith((b"some", b"full")):
-                    avg10 = float(line.split()[1].split(b"=")[1])
-                    if line.startswith(b"some"):
-                        some = avg10
-                    else:
-                        full = avg10
+        some, full = _psi_avg10(_read(self.root + "/pressure/cpu"))
+        io_some, _ = _psi_avg10(_read(self.root + "/pressure/io"))
         return HostSample(
             cpu_pct=round(total_pct, 1),
             ncpu=ncpu,
@@ -201,6 +212,7 @@ class ProcSource:
             load15=float(load[2]),
             psi_cpu_some=some,
             psi_cpu_full=full,
+            psi_io_some=io_some,
             per_cpu_pct=tuple(round(p, 1) for p in per_cpu),
             mem_used_mib=mem_total - mem_avail,
             mem_total_mib=mem_total,

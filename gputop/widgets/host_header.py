@@ -285,6 +285,19 @@ class HostHeader(LineWidget):
                 if full is not None:
                     psi.append((f" full {full:.1f}%", "host-header--value"))
         items.append(psi)
+        # I/O pressure beside it, where this kernel reports it: tasks stalled on storage.
+        io = host.psi_io_some
+        if io is not None:
+            label = "io " if compact else "I/O PSI some "
+            items.append(
+                [
+                    (label, "host-header--label"),
+                    (
+                        f"{io:.0f}%" if compact else f"{io:.1f}%",
+                        "host-header--warn" if io >= 20.0 else "",
+                    ),
+                ]
+            )
         if not compact and host.procs_running:
             items.append([("Run ", "host-header--label"), (str(host.procs_running), "")])
         if self.jobs:

@@ -132,3 +132,21 @@ def test_a_jobs_cpu_limit_and_its_throttling_are_exported_where_known() -> None:
     # No limit, no series (not a zero): the GPU user outside the job, and the worker's periods.
     assert "200" not in {s.labels["pid"] for s in f["gputop_process_cpu_limit_cpus"]}
     assert "101" not in {s.labels["pid"] for s in f["gputop_process_cpu_throttled_periods_percent"]}
+
+
+def test_io_wait_and_io_pressure_are_exported_where_known() -> None:
+    from dataclasses import replace
+
+    from tests.exportutil import FRAME
+
+    trainer, worker, *rest = FRAME.processes
+    frame = replace(
+        FRAME,
+        host=replace(FRAME.host, psi_io_some=31.5),
+        processes=(trainer, replace(worker, io_wait_pct=64.25), *rest),
+    )
+    f = scrape_collector(frame)
+    assert one(f, "gputop_process_io_wait_percent", pid="101") == 64.25
+    assert one(f, "gputop_host_psi_io_some_percent") == 31.5
+    # Not measured, no series (not a zero).
+    assert "100" not in {s.labels["pid"] for s in f["gputop_process_io_wait_percent"]}

@@ -293,3 +293,20 @@ def test_the_probes_measured_throttled_time_is_taken_as_is() -> None:
     unmeasured = ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main})
     rows = _limited(HostJoin(), job(), unmeasured, {TRAINER: 70.0, WORKER: 30.0})
     assert rows[TRAINER].cpu_throttled_source == "cpu.stat"
+
+
+def test_io_wait_is_the_main_threads_uninterruptible_sleep_and_null_without_the_probe() -> None:
+    # The worker's main thread blocked 700 ms, 450 ms of it in D; another of its threads
+    # (its tgid total) is not what the row reports.
+    main = TaskSched(blocked_ns=700 * MS, io_wait_ns=450 * MS, oncpu_ns=300 * MS)
+    probe = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={WORKER: TaskSched(blocked_ns=1700 * MS, io_wait_ns=1400 * MS)},
+        per_tid={WORKER: main, TRAINER: TaskSched(blocked_ns=800 * MS)},
+    )
+    _, got = tick(HostJoin(), job(), probe)
+    rows = {p.pid: p for p in got.processes}
+    assert (rows[WORKER].blocked_pct, rows[WORKER].io_wait_pct) == (70.0, 45.0)
+    assert rows[TRAINER].io_wait_pct == 0.0, "measured, never in D"
+    _, got = tick(HostJoin(), job(), None)
+    assert {p.io_wait_pct for p in got.processes} == {None}

@@ -164,7 +164,20 @@ def test_host_cpu_load_memory_and_pressure(tree):
 
 
 def test_missing_pressure_file_is_null_not_zero(tree):
-    assert ProcSource(str(tree.root)).read_host().psi_cpu_some is None
+    h = ProcSource(str(tree.root)).read_host()
+    assert h.psi_cpu_some is None and h.psi_io_some is None
+
+
+def test_io_pressure_is_read_beside_cpu_and_a_garbled_line_is_null(tree):
+    (tree.root / "pressure").mkdir()
+    (tree.root / "pressure" / "io").write_text(
+        "some avg10=27.31 avg60=5.00 avg300=1.00 total=9\n"
+        "full avg10=20.00 avg60=0 avg300=0 total=1\n"
+    )
+    (tree.root / "pressure" / "cpu").write_text("some avg10=oops avg60=1.00\nfull\n")
+    h = ProcSource(str(tree.root)).read_host()
+    assert h.psi_io_some == 27.31
+    assert (h.psi_cpu_some, h.psi_cpu_full) == (None, None)
 
 
 @pytest.mark.parametrize(

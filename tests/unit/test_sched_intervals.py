@@ -339,3 +339,36 @@ def test_a_process_keeps_the_throttled_time_of_its_exited_threads() -> None:
                                                            dead_throttled_ns=200 * MS)})
     )  # fmt: skip
     assert (r.per_tgid[10].runq_ns, r.per_tgid[10].throttled_ns) == (300 * MS, 200 * MS)
+
+
+def test_uninterruptible_sleep_is_blocked_time_kept_apart_up_to_its_wakeup() -> None:
+    acc = SchedIntervals()
+    # Switched out in D (waiting for a read) at 900 ms, nobody has woken it yet.
+    asleep = thread(10, nvcsw=1, out_ts=900 * MS, runnable=0, io_wait=1)
+    acc.update(rows(1000, {10: asleep}))
+    r = acc.update(rows(2000, {10: asleep}))
+    assert (r.per_tid[10].blocked_ns, r.per_tid[10].io_wait_ns) == (1000 * MS, 1000 * MS)
+    # Its disk's interrupt woke it at 2100, on a CPU at 2150: the D part ends at the wakeup.
+    woken = thread(10, nvcsw=1, out_ts=900 * MS, runnable=0, io_wait=1, wake_ts=2100 * MS,
+                   wake_class=WAKE_IRQ)  # fmt: skip
+    r = acc.update(rows(2200, {10: woken}, dt_ms=200))
+    assert (r.per_tid[10].blocked_ns, r.per_tid[10].io_wait_ns, r.per_tid[10].runq_ns) == (
+        100 * MS,
+        100 * MS,
+        100 * MS,
+    )
+    # Then an ordinary sleep (S) since 2500: blocked, not I/O wait.
+    slept = thread(10, nvcsw=2, blocked_ns=1200 * MS, io_wait_ns=1200 * MS, runq_ns=50 * MS,
+                   oncpu_ns=350 * MS, out_ts=2500 * MS, runnable=0, io_wait=0)  # fmt: skip
+    r = acc.update(rows(3000, {10: slept}, dt_ms=800))
+    assert (r.per_tid[10].blocked_ns, r.per_tid[10].io_wait_ns) == (500 * MS, 0)
+
+
+def test_a_process_keeps_the_io_wait_of_its_exited_threads() -> None:
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nvcsw=1)}, {10: group()}))
+    r = acc.update(
+        rows(2000, {10: thread(10, nvcsw=1)}, {10: group(dead_blocked_ns=300 * MS,
+                                                          dead_io_wait_ns=200 * MS)})
+    )  # fmt: skip
+    assert (r.per_tgid[10].blocked_ns, r.per_tgid[10].io_wait_ns) == (300 * MS, 200 * MS)

@@ -42,6 +42,17 @@ def test_header_covers_every_cpu_in_its_rows_for_2_to_256_cpus(ncpu: int, width:
         assert f"-{ncpu - 1}" in "".join(cpu_rows)
 
 
+def test_io_pressure_stands_beside_cpu_pressure_where_the_kernel_reports_it() -> None:
+    header = HostHeader()
+    host = HostSample(cpu_pct=5.0, ncpu=2, load1=0.1, psi_cpu_some=3.0, mem_total_mib=1024)
+    header.host = replace(host, psi_io_some=27.5)
+    text = " ".join("".join(t for t, _ in line) for line in header.build(120))
+    assert "PSI 3% io 28%" in text or "PSI some 3.0% I/O PSI some 27.5%" in text, text
+    header.host = host
+    text = " ".join("".join(t for t, _ in line) for line in header.build(120))
+    assert " io " not in text and "I/O" not in text, text
+
+
 def test_jobs_cpus_are_the_union_over_each_trainer_and_its_workers() -> None:
     frame = make_frame(5)
     assert job_cpus(frame.processes) == [

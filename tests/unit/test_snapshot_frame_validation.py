@@ -201,3 +201,23 @@ def test_a_cpu_limit_with_its_throttling_round_trips_and_a_malformed_one_is_refu
     limited["processes"][0]["cpu_limit"]["periods"] = "10"
     with pytest.raises(ValueError, match="malformed frame"):
         Frame.from_dict(limited)
+
+
+def test_io_wait_and_io_pressure_round_trip_and_a_malformed_one_is_refused() -> None:
+    waiting = copy.deepcopy(GOOD)
+    waiting["processes"][0]["io_wait_pct"] = 42.5
+    waiting["host"]["psi_io_some"] = 17.25
+    f = Frame.from_dict(waiting)
+    assert (f.processes[0].io_wait_pct, f.host.psi_io_some) == (42.5, 17.25)
+    assert Frame.from_dict(f.to_dict()) == f
+    # Written before they existed: not known.
+    old = Frame.from_dict(GOOD)
+    assert (old.processes[0].io_wait_pct, old.host.psi_io_some) == (None, None)
+    for where, field in ((("processes", 0), "io_wait_pct"), (("host",), "psi_io_some")):
+        bad = copy.deepcopy(waiting)
+        obj = bad
+        for k in where:
+            obj = obj[k]
+        obj[field] = "42"
+        with pytest.raises(ValueError, match="malformed frame"):
+            Frame.from_dict(bad)
