@@ -29,13 +29,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.cgrouputil import CpuLimitedCgroup, cpu_limited_cgroup  # noqa: E402
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc  # noqa: E402
+from tests.recordutil import job_runq_shares  # noqa: E402
 from tests.torchjob import descendants, running_loop  # noqa: E402
 
 LOOP = {"workers": 2, "item_cpu_ms": 4, "batch_size": 8, "step_ms": 20, "step": "sleep"}
@@ -133,7 +133,7 @@ def run(quota: float | None, hogs: int, seconds: float, bpf: bool) -> None:
     mean_used = sum(used) / max(1, len(used))
     of_limit = f" = {100.0 * mean_used / quota:.0f}% of its limit" if quota else ""
     print(f"job CPU use: {mean_used:.3f} CPUs{of_limit}")
-    shares = _shares(window, job)
+    shares = job_runq_shares(window, job)
     top = sorted(shares.items(), key=lambda kv: -kv[1])[:6]
     comm = {p["pid"]: p["comm"] for f in window for p in f["processes"]}
     print(
@@ -145,20 +145,6 @@ def run(quota: float | None, hogs: int, seconds: float, bpf: bool) -> None:
         print(f"  evidence: {line}")
     for line in v["fixes"]:
         print(f"  fix: {line}")
-
-
-def _shares(frames: list[dict[str, Any]], job: set[int]) -> dict[int, float]:
-    took: dict[int, float] = {}
-    total = 0.0
-    for f in frames:
-        for p in f["processes"]:
-            if p["pid"] not in job or p.get("preemptors") is None or p["offcpu_pct"] is None:
-                continue
-            runq = p["runq_threads_pct"]
-            total += runq
-            for e in p["preemptors"]:
-                took[e["pid"]] = took.get(e["pid"], 0.0) + runq * e["share_pct"] / 100.0
-    return {pid: 100.0 * t / total for pid, t in took.items()} if total else {}
 
 
 def main() -> None:

@@ -104,3 +104,20 @@ def record_demo(name: str, interval: float, duration: float) -> list[dict[str, A
     )
     assert r.returncode == 0, r.stderr
     return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def job_runq_shares(frames: list[dict[str, Any]], job: set[int]) -> dict[int, float]:
+    """Each preemptor's share of a job's run-queue time over ``frames``, from the frames alone:
+    the time each took summed over the job's processes and ticks, over the job's whole
+    run-queue time (all threads); {} where the job never waited for a CPU."""
+    took: dict[int, float] = {}
+    total = 0.0
+    for f in frames:
+        for p in f["processes"]:
+            if p["pid"] not in job or p.get("preemptors") is None or p["offcpu_pct"] is None:
+                continue
+            runq = p["runq_threads_pct"]
+            total += runq
+            for e in p["preemptors"]:
+                took[e["pid"]] = took.get(e["pid"], 0.0) + runq * e["share_pct"] / 100.0
+    return {pid: 100.0 * ns / total for pid, ns in took.items()} if total else {}

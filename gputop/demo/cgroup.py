@@ -16,7 +16,7 @@ import signal
 import time
 
 from gputop.errors import UsageError
-from gputop.sources.cpulimits import _cgroup_mounts
+from gputop.sources.cpulimits import _cgroup_mounts, read_text
 
 PERIOD_US = 100_000
 REMOVE_TIMEOUT_S = 3.0
@@ -31,7 +31,7 @@ def cpu_controller(proc_root: str = "/proc") -> tuple[str, bool]:
     if v1 is not None:
         base, is_v2 = v1, False
     else:
-        controllers = _read(f"{v2}/cgroup.controllers") if v2 is not None else None
+        controllers = read_text(f"{v2}/cgroup.controllers") if v2 is not None else None
         if v2 is None or controllers is None or "cpu" not in controllers.split():
             raise UsageError("the cpu-limit demo needs the cgroup cpu controller; none is mounted")
         base, is_v2 = v2, True
@@ -64,7 +64,7 @@ def make_cpu_limit(quota_cpus: float) -> str:
 def own_cgroup(path: str) -> str:
     """The cgroup of the same hierarchy as ``path`` this process is in now (to go back to)."""
     base, v2 = cpu_controller()
-    text = _read("/proc/self/cgroup") or ""
+    text = read_text("/proc/self/cgroup") or ""
     for line in text.splitlines():
         _id, controllers, rel = line.split(":", 2)
         if (v2 and _id == "0") or (not v2 and "cpu" in controllers.split(",")):
@@ -87,7 +87,7 @@ def remove(path: str, timeout_s: float = REMOVE_TIMEOUT_S) -> bool:
     """Kill what is still in the cgroup and remove it; True once it is gone."""
     deadline = time.monotonic() + timeout_s
     while True:
-        pids = _read(os.path.join(path, "cgroup.procs"))
+        pids = read_text(os.path.join(path, "cgroup.procs"))
         if pids is None:
             return not os.path.exists(path)
         for pid in pids.split():
@@ -103,14 +103,6 @@ def remove(path: str, timeout_s: float = REMOVE_TIMEOUT_S) -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.02)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _write(path: str, text: str) -> None:

@@ -75,7 +75,8 @@ def _cgroup_mounts(proc_root: str) -> tuple[str | None, str | None]:
     return v2, v1
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A small kernel file's text (cgroup, proc), or None where it cannot be read."""
     try:
         with open(path) as f:
             return f.read()
@@ -105,13 +106,13 @@ def _level_v2(base: str, path: str) -> _Level | None:
     parts = [p for p in path.split("/") if p]
     for depth in range(len(parts), 0, -1):
         d = os.path.join(base, *parts[:depth])
-        fields = (_read(d + "/cpu.max") or "").split()
+        fields = (read_text(d + "/cpu.max") or "").split()
         if len(fields) != 2 or fields[0] == "max":
             continue
         quota, period = int(fields[0]), int(fields[1])
         cpus = quota / period
         if best is None or cpus < best.quota_cpus:
-            burst = _int(_read(d + "/cpu.max.burst"))
+            burst = _int(read_text(d + "/cpu.max.burst"))
             best = _Level(d, cpus, burst / period if burst else None, True)
     return best
 
@@ -121,12 +122,13 @@ def _level_v1(base: str, path: str) -> _Level | None:
     parts = [p for p in path.split("/") if p]
     for depth in range(len(parts), 0, -1):
         d = os.path.join(base, *parts[:depth])
-        quota, period = _int(_read(d + "/cpu.cfs_quota_us")), _int(_read(d + "/cpu.cfs_period_us"))
+        quota = _int(read_text(d + "/cpu.cfs_quota_us"))
+        period = _int(read_text(d + "/cpu.cfs_period_us"))
         if quota is None or period is None or quota <= 0:
             continue
         cpus = quota / period
         if best is None or cpus < best.quota_cpus:
-            burst = _int(_read(d + "/cpu.cfs_burst_us"))
+            burst = _int(read_text(d + "/cpu.cfs_burst_us"))
             best = _Level(d, cpus, burst / period if burst else None, False)
     return best
 
@@ -135,7 +137,7 @@ def _limit_level(proc_root: str, pid: int) -> _Level | None:
     """The tightest CPU limit up the process's cgroup tree (v2 ``cpu.max``, v1
     ``cpu.cfs_quota_us``/``cpu.cfs_period_us``); None where no level sets one or the
     hierarchy cannot be read."""
-    raw = _read(f"{proc_root}/{pid}/cgroup")
+    raw = read_text(f"{proc_root}/{pid}/cgroup")
     if raw is None:
         return None
     v2, v1 = _cgroup_mounts(proc_root)
@@ -210,7 +212,7 @@ class CpuLimitReader:
         got = self._tick.get(level.directory)
         if got is not None:
             return got
-        stat = parse_cpu_stat(_read(level.directory + "/cpu.stat"), level.v2)
+        stat = parse_cpu_stat(read_text(level.directory + "/cpu.stat"), level.v2)
         prev = self._prev.get(level.directory)
         delta = None
         if stat is not None:

@@ -29,7 +29,7 @@ from tests.bpfutil import why_no_bcc_probe
 from tests.cgrouputil import CpuLimitedCgroup, cpu_hierarchy, cpu_limited_cgroup
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.harness import gputop_cmd
-from tests.recordutil import record_until
+from tests.recordutil import job_runq_shares, record_until
 from tests.torchjob import descendants, running_loop
 
 # Two workers burn 32 ms of CPU per batch for a 20 ms step: the job wants ~1.6 CPUs.
@@ -96,24 +96,12 @@ def _bpf_frames(frames: list[dict[str, Any]]) -> int:
 
 
 def _job_shares(frames: list[dict[str, Any]], job: set[int]) -> dict[int, float]:
-    """Each preemptor's share of the job's run-queue time over the diagnosis window, from the
-    frames alone: the time each took summed over the job's processes and ticks, over the
-    job's whole run-queue time (all threads)."""
+    """Each preemptor's share of the job's run-queue time over the diagnosis window (eBPF)."""
     last_t = frames[-1]["t"]
-    took: dict[int, float] = {}
-    total = 0.0
-    for f in frames:
-        if f["sources"]["sched"] != "bpf" or last_t - f["t"] > WINDOW_S:
-            continue
-        for p in f["processes"]:
-            if p["pid"] not in job or p["preemptors"] is None or p["offcpu_pct"] is None:
-                continue
-            runq = p["runq_threads_pct"]
-            total += runq
-            for e in p["preemptors"]:
-                took[e["pid"]] = took.get(e["pid"], 0.0) + runq * e["share_pct"] / 100.0
-    assert total > 0, "the job never waited for a CPU"
-    return {pid: 100.0 * ns / total for pid, ns in took.items()}
+    window = [f for f in frames if f["sources"]["sched"] == "bpf" and last_t - f["t"] <= WINDOW_S]
+    shares = job_runq_shares(window, job)
+    assert shares, "the job never waited for a CPU"
+    return shares
 
 
 @pytest.mark.torch
