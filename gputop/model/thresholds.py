@@ -52,6 +52,10 @@ class Thresholds:
     self_load_pct: float = 30.0
     """A trainer without workers on a CPU this much outside CUDA synchronization (measured)
     loads its batches itself, busy GPU or not."""
+    worker_io_wait_pct: float = 30.0
+    """DataLoader workers in uninterruptible sleep (I/O wait, measured) this % of the time
+    each, and longer than on a CPU: the batches the trainer waits for wait on storage
+    (``input_storage``)."""
     culprit_share_pct: float = 5.0
     """A process that took less of the job's run-queue time (measured) is never named nor
     put into a fix."""
@@ -132,6 +136,7 @@ _PCT_FIELDS = frozenset(
         "cpu_saturated_pct",
         "throttle_share_pct",
         "culprit_share_pct",
+        "worker_io_wait_pct",
         "limit_throttled_pct",
         "limit_used_pct",
     }
