@@ -21,6 +21,7 @@ STATES = {
     "busy_but_starving",
     "low_sm_efficiency",
     "input_bound",
+    "host_bound",
     "throttled",
     "idle",
     "unknown",

@@ -44,18 +44,43 @@ def _busy(cpu_s: float) -> None:
 
 
 class Work:
-    """The workers' dataset, importable by pickling (spawn/forkserver need a module-level class)."""
+    """The workers' dataset, importable by pickling (spawn/forkserver need a module-level class).
 
-    def __init__(self, sample_cpu_ms: float, epoch_len: int) -> None:
+    ``read_dev``: each sample also reads one random 4 KiB block of this device with
+    O_DIRECT (no page cache), and the worker appends "unix_time total_read_s" after each
+    read to ``{reads_to}.{its pid}`` (its own clock, ``perf_counter``).
+    """
+
+    def __init__(
+        self, sample_cpu_ms: float, epoch_len: int, read_dev: str | None = None, reads_to: str = ""
+    ) -> None:
         self.sample_cpu_ms = sample_cpu_ms
         self.epoch_len = epoch_len
+        self.read_dev = read_dev
+        self.reads_to = reads_to
+        self._fd = -1
+        self._read_s = 0.0
 
     def __len__(self) -> int:
         return self.epoch_len
 
+    def _read(self, i: int) -> None:
+        if self._fd < 0:
+            assert self.read_dev is not None
+            self._fd = os.open(self.read_dev, os.O_RDONLY | os.O_DIRECT)
+            self._blocks = os.lseek(self._fd, 0, os.SEEK_END) // 4096
+            self._buf = mmap.mmap(-1, 4096)
+            self._log = open(f"{self.reads_to}.{os.getpid()}", "a", buffering=1)
+        t0 = time.perf_counter()
+        os.preadv(self._fd, [self._buf], (i * 7919 % self._blocks) * 4096)
+        self._read_s += time.perf_counter() - t0
+        self._log.write(f"{time.time()} {self._read_s}\n")
+
     def __getitem__(self, i: int) -> object:
         import torch
 
+        if self.read_dev is not None:
+            self._read(i)
         _busy(self.sample_cpu_ms / 1000.0)
         return torch.zeros(4)
 
@@ -177,6 +202,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.0,
         help="load the CUDA library this long after ready (before: the plain stand-in)",
     )
+    ap.add_argument(
+        "--trainer-cpu-ms",
+        type=float,
+        default=0.0,
+        help="CPU time the trainer burns each step between next() and the GPU step (its own"
+        " work; the line's wait_start then marks its end)",
+    )
+    ap.add_argument("--read-dev", default=None, help="each sample reads a block of this device")
+    ap.add_argument("--cgroup-procs", default=None, help="join this cgroup first (its procs file)")
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--epoch-len", type=int, default=10**9)
     ap.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
@@ -199,10 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from torch.utils.data import DataLoader
 
+    if args.cgroup_procs:
+        Path(args.cgroup_procs).write_text(str(os.getpid()))  # the workers inherit it
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     dl = DataLoader(
-        Work(args.sample_cpu_ms, args.epoch_len),  # type: ignore[arg-type]
+        Work(args.sample_cpu_ms, args.epoch_len, args.read_dev, args.out + ".reads"),  # type: ignore[arg-type]
         num_workers=args.workers,
         batch_size=args.batch_size,
         # Worker options only where there are workers (DataLoader refuses them otherwise).
@@ -257,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             r1 = _run_delay_ns(tid)
             blocked = int((t1 - t0) * 1e9) - (c1 - c0) - (r1 - r0)
             phase.set(0)
+            if args.trainer_cpu_ms:
+                _busy(args.trainer_cpu_ms / 1000.0)
             c2 = time.thread_time_ns()
             gpu_step()
             end = time.perf_counter()

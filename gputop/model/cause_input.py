@@ -1,8 +1,11 @@
 """Cause family: the input pipeline cannot keep up (no CPU starvation behind it).
 
-Two forms: the trainer waits for batches its DataLoader workers make too slowly,
-or it has no workers and builds its batches itself between GPU steps. The fixes
-size ``num_workers`` to the CPUs this host has free.
+Three forms: the trainer waits for batches its DataLoader workers make too slowly
+on a CPU (``input_compute``), or that wait on storage, their time in I/O wait
+(``input_storage``), or it has no workers and builds its batches itself between
+GPU steps (``input_compute``). The compute fixes size ``num_workers`` to the CPUs
+this host has free; the storage fixes overlap reads (workers waiting on a disk use
+little CPU, so they may outnumber the CPUs) or remove them (a local copy).
 """
 
 from __future__ import annotations
@@ -11,16 +14,39 @@ from gputop.model.cause_cpu import host_facts
 from gputop.model.causes import Judgement
 from gputop.model.fixes import free_cpus
 from gputop.model.hostside import HostSide
-from gputop.model.job import Job
+from gputop.model.job import Job, WorkersSummary
 from gputop.model.thresholds import Thresholds
 from gputop.model.window import HostAgg, ProcAgg
-from gputop.model.wording import BUILDS_OWN, gpu_wait_text, host_line, pct, whole
+from gputop.model.wording import (
+    BUILDS_OWN,
+    gpu_wait_text,
+    host_line,
+    pct,
+    storage_line,
+    whole,
+)
+
+
+def storage_bound(wk: WorkersSummary | None, t: Thresholds) -> bool:
+    """The workers spend their time in I/O wait (measured), more of it than on a CPU."""
+    if wk is None or wk.io_wait_pct is None:
+        return False
+    return wk.io_wait_pct >= t.worker_io_wait_pct and wk.io_wait_pct >= wk.cpu_pct
 
 
 def waits_for_input(
     job: Job, host: HostAgg, hs: HostSide, lead: tuple[str, ...], t: Thresholds
 ) -> Judgement:
-    """The trainer waits for its batches (measured, or inferred beside busy workers)."""
+    """The trainer waits for its batches (measured, or inferred beside busy workers): on
+    storage where its workers are in I/O wait, else on the workers' CPU work."""
+    wk = hs.workers
+    if wk is not None and storage_bound(wk, t):
+        return Judgement(
+            "input_bound",
+            (*lead, *hs.lines, storage_line(wk, host), host_line(host)),
+            storage_fixes(job, host, wk, t),
+            "input_storage",
+        )
     return Judgement(
         "input_bound",
         (*lead, *hs.lines, host_line(host)),
@@ -54,6 +80,23 @@ def input_fixes(job: Job, host: HostAgg, hs: HostSide, t: Thresholds) -> tuple[s
         )
     )
     return tuple(fixes)
+
+
+def storage_fixes(job: Job, host: HostAgg, wk: WorkersSummary, t: Thresholds) -> tuple[str, ...]:
+    """Fixes for batches that wait on storage: overlap more reads, or read a closer copy.
+
+    Never "make each batch cheaper": the workers' time is the disk's, not their CPU's.
+    """
+    free = free_cpus(host_facts(job, host, t))
+    more = max(2 * wk.count, wk.count + 2)
+    return (
+        f"raise num_workers from {wk.count} toward {more}: workers waiting on storage use"
+        f" little CPU, so more of them than the {free} free CPU(s) overlap more reads",
+        "DataLoader(..., prefetch_factor=8, persistent_workers=True): more batches in flight"
+        " hide each read's latency",
+        "read a local or cached copy of the data (local NVMe, the page cache, a dataset cache"
+        " such as a pre-staged shard): it removes the latency instead of hiding it",
+    )
 
 
 def self_loading(job: Job, t: Thresholds) -> ProcAgg | None:

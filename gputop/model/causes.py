@@ -1,6 +1,6 @@
 """Causes: what holds a GPU back, their one precedence, and what a cause module returns.
 
-Each cause family (``cause_cpu``, ``cause_input``, ``cause_gpu``) builds
+Each cause family (``cause_cpu``, ``cause_input``, ``cause_trainer``, ``cause_gpu``) builds
 ``Judgement``s; the classifier (``diagnosis.classify``) tries the families in
 ``CAUSE_PRECEDENCE`` order and the first that holds names the cause. The
 ``Diagnoser`` then confirms the state over ticks.

@@ -3,7 +3,7 @@
 Pure model code: frames in, verdicts out. ``Diagnoser`` keeps a short window of
 frames (default 10 s), averages them (``window.py``), classifies each GPU
 (``classify``: the rules in order, each cause family in its own module:
-``cause_cpu``, ``cause_input``, ``cause_gpu``) and only changes a GPU's verdict
+``cause_cpu``, ``cause_input``, ``cause_trainer``, ``cause_gpu``) and only changes a GPU's verdict
 when the new state has held for ``confirm_ticks`` ticks, with thresholds that
 favour the current state by ``hysteresis_pct`` (``thresholds.biased``) so a
 signal hovering at a threshold does not make the verdict flicker. The rules and
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gputop.model import cause_cpu, cause_gpu, cause_input
+from gputop.model import cause_cpu, cause_gpu, cause_input, cause_trainer
 from gputop.model.causes import Judgement
 from gputop.model.frame import Cause, Frame, Verdict, VerdictState
 from gputop.model.hostside import host_side
@@ -30,6 +30,7 @@ PROBLEM_STATES: tuple[VerdictState, ...] = (
     "busy_but_starving",
     "low_sm_efficiency",
     "input_bound",
+    "host_bound",
     "throttled",
 )
 
@@ -85,14 +86,18 @@ def classify(
     loading = cause_input.busy_without_workers(job, host, t, line)
     if loading is not None:
         return loading
+    worker = cause_trainer.working_trainer(job, b)
+    if worker is not None:
+        return cause_trainer.own_work(worker, hs, line, secs, 100.0 - gpu.util)
+    untold = cause_trainer.unmeasured_work(job, b)
     if gpu.util < b.util_idle_pct:
         if job.trainers:
             holders = ", ".join(f"pid {p.pid} ({p.comm})" for p in job.trainers[:3])
             ev = (line, f"held by {holders} but not computing")
         else:
             ev = (line, f"no process is using GPU {gpu.index}")
-        return Judgement("idle", ev, ())
-    return Judgement("ok", (line,), ())
+        return Judgement("idle", ev if untold is None else (*ev, untold), ())
+    return Judgement("ok", (line,) if untold is None else (line, untold), ())
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ VerdictState = Literal[
     "busy_but_starving",
     "low_sm_efficiency",
     "input_bound",
+    "host_bound",
     "throttled",
     "idle",
     "unknown",

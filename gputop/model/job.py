@@ -68,6 +68,9 @@ class WorkersSummary:
     """Mean CPU use of one worker, % of one CPU."""
     preemptors: tuple[Preemptor, ...] | None
     """Who took the CPU from them, weighted by each worker's run-queue time; None: not measured."""
+    io_wait_pct: float | None = None
+    """Mean share of the time a worker was in uninterruptible sleep (mostly disk reads);
+    None: not measured (no eBPF)."""
 
 
 def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
@@ -83,6 +86,7 @@ def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
         preemptors=merge_preemptors(
             (runq_weight(w.runq_pct, w.runq_threads_pct), w.preemptors) for w in procs
         ),
+        io_wait_pct=mean(w.io_wait_pct for w in procs),
     )
 
 

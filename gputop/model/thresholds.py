@@ -52,6 +52,14 @@ class Thresholds:
     self_load_pct: float = 30.0
     """A trainer without workers on a CPU this much outside CUDA synchronization (measured)
     loads its batches itself, busy GPU or not."""
+    worker_io_wait_pct: float = 30.0
+    """DataLoader workers in uninterruptible sleep (I/O wait, measured) this % of the time
+    each, and longer than on a CPU: the batches the trainer waits for wait on storage
+    (``input_storage``)."""
+    trainer_work_pct: float = 50.0
+    """A trainer with DataLoader workers on a CPU this % of the time outside data wait and
+    outside CUDA synchronization (measured), beside a GPU that is not busy: the GPU waits for
+    the trainer's own work (``host_bound``, ``trainer_work``)."""
     culprit_share_pct: float = 5.0
     """A process that took less of the job's run-queue time (measured) is never named nor
     put into a fix."""
@@ -132,6 +140,8 @@ _PCT_FIELDS = frozenset(
         "cpu_saturated_pct",
         "throttle_share_pct",
         "culprit_share_pct",
+        "worker_io_wait_pct",
+        "trainer_work_pct",
         "limit_throttled_pct",
         "limit_used_pct",
     }
@@ -173,6 +183,12 @@ def biased(t: Thresholds, current: VerdictState) -> Thresholds:
             util_busy_pct=min(100.0, t.util_busy_pct + m),
             host_wait_pct=max(0.0, t.host_wait_pct - m),
             runq_high_pct=min(100.0, t.runq_high_pct + m),
+        )
+    if current == "host_bound":
+        return replace(
+            t,
+            util_busy_pct=min(100.0, t.util_busy_pct + m),
+            trainer_work_pct=max(0.0, t.trainer_work_pct - m),
         )
     if current == "idle":
         return replace(t, util_idle_pct=min(t.util_busy_pct, t.util_idle_pct + m))

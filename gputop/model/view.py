@@ -20,6 +20,7 @@ from gputop.model.history import History, ProcKey, Tick
 SEVERITY: tuple[VerdictState, ...] = (
     "busy_but_starving",
     "input_bound",
+    "host_bound",
     "throttled",
     "low_sm_efficiency",
     "unknown",

@@ -132,6 +132,19 @@ def workers_line(wk: WorkersSummary, culprits: set[int]) -> str:
     return line + f" were preempted {whole(each)}/s each and used {whole(wk.cpu_pct)}% CPU each"
 
 
+def storage_line(wk: WorkersSummary, host: HostAgg) -> str:
+    """The workers' I/O wait against their CPU use (measured), and the host's I/O pressure."""
+    each = " each" if wk.count != 1 else ""
+    line = (
+        f"its DataLoader workers waited on storage: in I/O wait (uninterruptible sleep, mostly"
+        f" disk reads) {pct(wk.io_wait_pct)} of the time{each}, on a CPU {whole(wk.cpu_pct)}%"
+        " (measured)"
+    )
+    if host.psi_io_some is not None:
+        line += f"; I/O pressure {whole(host.psi_io_some)}%"
+    return line
+
+
 def whole(v: float) -> str:
     """A number rounded to a whole, as evidence quotes it."""
     return f"{v:.0f}"

@@ -27,6 +27,7 @@ from gputop.model.view import SEVERITY, ScreenView, worst
 TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
     "input_bound": "INPUT BOUND",
+    "host_bound": "HOST BOUND",
     "throttled": "THROTTLED",
     "low_sm_efficiency": "LOW SM EFFICIENCY",
     "unknown": "UNKNOWN",
@@ -48,6 +49,7 @@ CAUSE_TITLES: dict[Cause, str] = {
 STRIP_GLYPHS = {
     "busy_but_starving": "█",
     "input_bound": "▆",
+    "host_bound": "▆",
     "throttled": "▅",
     "low_sm_efficiency": "▄",
     "unknown": "▂",
@@ -114,9 +116,11 @@ class VerdictPanel(Widget):
     VerdictPanel.-low_sm_efficiency { color: $text-warning; background: $warning-muted; }
     VerdictPanel.-throttled { color: $text-accent; background: $accent-muted; }
     VerdictPanel.-input_bound { color: $text; background: $warning-muted; }
+    VerdictPanel.-host_bound { color: $text; background: $warning-muted; }
     VerdictPanel.-busy_but_starving { color: $text; background: $error-muted; }
     VerdictPanel > .verdict-panel--busy_but_starving { color: $text-error; text-style: bold; }
     VerdictPanel > .verdict-panel--input_bound { color: $text-warning; }
+    VerdictPanel > .verdict-panel--host_bound { color: $text-warning; }
     VerdictPanel > .verdict-panel--throttled { color: $text-accent; }
     VerdictPanel > .verdict-panel--low_sm_efficiency { color: $text-warning; }
     VerdictPanel > .verdict-panel--unknown { color: $text-primary; }

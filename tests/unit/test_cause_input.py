@@ -67,3 +67,39 @@ def test_under_proc_a_busy_trainer_without_workers_is_said_to_build_its_batches_
     assert "inferred" in v.evidence[1]
     assert cause_input.busy_without_workers(job(busy, worker(4000)), host(), T, "") is None
     assert cause_input.busy_without_workers(job(trainer()), host(), T, "") is None
+
+
+# Two workers reading a slow disk: asleep in D 70% of the time, 3% on a CPU.
+STORAGE = (
+    trainer(offcpu_pct=95.0, runq_pct=1.0, wait_input_pct=78.0, wait_irq_pct=10.0),
+    worker(4000, cpu_pct=3.0, offcpu_pct=97.0, runq_pct=0.5, io_wait_pct=72.0),
+    worker(4001, cpu_pct=2.0, offcpu_pct=98.0, runq_pct=0.5, io_wait_pct=68.0),
+)
+
+
+def test_workers_in_io_wait_make_the_input_wait_on_storage_with_the_fixes_that_hide_it() -> None:
+    j = job(*STORAGE)
+    h = host(cpu_pct=12.0, ncpu=2)
+    hs = side(j, h)
+    assert hs.input and not hs.starved
+    v = cause_input.waits_for_input(j, h, hs, ("GPU line",), T)
+    assert (v.state, v.cause) == ("input_bound", "input_storage")
+    text = "\n".join(v.evidence)
+    assert "in I/O wait (uninterruptible sleep, mostly disk reads) 70% of the time each" in text
+    assert "on a CPU 2% (measured)" in text
+    assert v.fixes[0].startswith("raise num_workers from 2 toward 4: workers waiting on storage")
+    assert "more of them than the 2 free CPU(s)" in v.fixes[0]
+    assert any("prefetch_factor" in f for f in v.fixes)
+    assert any("local or cached copy" in f for f in v.fixes)
+    assert not any("cheaper" in f for f in v.fixes), v.fixes
+
+
+def test_workers_on_a_cpu_more_than_in_io_wait_or_unmeasured_stay_input_compute() -> None:
+    t, _, _ = STORAGE
+    h = host(cpu_pct=60.0, ncpu=4)
+    mixed = job(t, worker(4000, cpu_pct=60.0, io_wait_pct=35.0))
+    unmeasured = job(t, worker(4000, cpu_pct=3.0, offcpu_pct=97.0))
+    low = job(t, worker(4000, cpu_pct=3.0, offcpu_pct=97.0, io_wait_pct=25.0))
+    for j in (mixed, unmeasured, low):
+        v = cause_input.waits_for_input(j, h, side(j, h), ("GPU line",), T)
+        assert (v.state, v.cause) == ("input_bound", "input_compute"), j.workers
