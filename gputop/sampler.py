@@ -199,6 +199,7 @@ class Sampler:
             gpu_of[gp.pid] = use.plus(gp.gpu_index, gp.gpu_mem_mib, gp.sm_pct)
         host = self._read_host(now_m, gpu_of, probe_rows)
         self._pipeline = host.pipeline
+        self._prepare_probe(host.pipeline)
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall
         self._last_wall = wall
@@ -236,6 +237,14 @@ class Sampler:
         except Exception as exc:  # noqa: BLE001
             self._disable_probe(exc)
             return None
+
+    def _prepare_probe(self, pipeline: Pipeline) -> None:
+        if self.probe is None:
+            return
+        try:
+            self.probe.prepare(pipeline)
+        except Exception as exc:  # noqa: BLE001
+            self._disable_probe(exc)
 
     def _read_host(
         self,

@@ -255,20 +255,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         _workers_named(args.workers)
     else:
         next(it)
-    print("ready", flush=True)
-    phase = _Phase(args.phase_file)
     standin = args.standin
     cuda_at = time.monotonic() + args.cuda_after_s
     if standin.startswith("cuda-") and args.cuda_after_s > 0:
         standin = standin.removeprefix("cuda-")  # until CUDA "initialises"
 
-    def gpu_step() -> None:
+    def load_cuda() -> None:
         global _cuda
         nonlocal standin
         if _cuda is None and args.standin.startswith("cuda-") and time.monotonic() >= cuda_at:
             assert args.cuda_lib, "--cuda-lib is needed for a cuda-* stand-in"
             _cuda = _Cuda(args.cuda_lib, step_s, args.standin == "cuda-spin", args.cuda_step)
             standin = args.standin
+
+    # A process NVML lists has its CUDA context: the library is mapped before "ready"
+    # (unless --cuda-after-s asks for a late one).
+    load_cuda()
+    print("ready", flush=True)
+    phase = _Phase(args.phase_file)
+
+    def gpu_step() -> None:
+        load_cuda()
         _standin(standin, step_s)
 
     with open(args.out, "w", buffering=1) as out:

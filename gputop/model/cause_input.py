@@ -94,8 +94,32 @@ def storage_fixes(job: Job, host: HostAgg, wk: WorkersSummary, t: Thresholds) ->
         f" little CPU, so more of them than the {free} free CPU(s) overlap more reads",
         "DataLoader(..., prefetch_factor=8, persistent_workers=True): more batches in flight"
         " hide each read's latency",
-        "read a local or cached copy of the data (local NVMe, the page cache, a dataset cache"
-        " such as a pre-staged shard): it removes the latency instead of hiding it",
+        _closer_copy(wk),
+    )
+
+
+# Filesystems whose reads cross a network (a remote server or an object store).
+_REMOTE = ("nfs", "nfs4", "cifs", "smb3", "ceph", "lustre", "glusterfs", "9p", "beegfs", "gpfs")
+
+
+def _closer_copy(wk: WorkersSummary) -> str:
+    """The fix that removes the latency, naming what the workers read where it is known."""
+    gain = "it removes the latency instead of hiding it"
+    if not wk.storage:
+        return (
+            "read a local or cached copy of the data (local NVMe, the page cache, a dataset"
+            f" cache such as a pre-staged shard): {gain}"
+        )
+    s = wk.storage[0]
+    where = s.describe()
+    if s.fstype in _REMOTE or s.fstype.startswith("fuse."):
+        return (
+            f"stage the dataset from {where}, a network filesystem, onto local NVMe (or cache"
+            f" it there on first read): {gain}"
+        )
+    return (
+        f"read the data from somewhere faster than {where}: local NVMe, the page cache"
+        f" (enough free memory to hold it), a pre-staged shard; {gain}"
     )
 
 

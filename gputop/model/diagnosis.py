@@ -36,9 +36,18 @@ PROBLEM_STATES: tuple[VerdictState, ...] = (
 
 
 def classify(
-    gpu: GpuAgg, host: HostAgg, job: Job, t: Thresholds, current: VerdictState = "unknown"
+    gpu: GpuAgg,
+    host: HostAgg,
+    job: Job,
+    t: Thresholds,
+    current: VerdictState = "unknown",
+    proc_seconds: float | None = None,
 ) -> Judgement:
-    """The state one GPU is in over the window, with its evidence and fixes."""
+    """The state one GPU is in over the window, with its evidence and fixes.
+
+    ``proc_seconds``: the span the process numbers cover, when shorter than the GPU's
+    (after the probe took over from /proc); the processes' evidence quotes it.
+    """
     if gpu.lost:
         return Judgement(
             "unknown",
@@ -50,8 +59,9 @@ def classify(
     if gpu.util is None:
         return Judgement("unknown", (f"GPU {gpu.index} does not report GPU_UTIL",), ())
     b = biased(t, current)
-    secs = whole(min(gpu.seconds, t.window_s))
-    line = gpu_line(gpu, secs)
+    gsecs = whole(min(gpu.seconds, t.window_s))
+    line = gpu_line(gpu, gsecs)
+    secs = gsecs if proc_seconds is None else whole(min(gpu.seconds, proc_seconds, t.window_s))
     hs = host_side(job, host, b, secs)
 
     if gpu.util >= b.util_busy_pct:
@@ -59,7 +69,7 @@ def classify(
         if real_low is True and hs.starved:
             return cause_cpu.starved("busy_but_starving", job, host, hs, (line,), b, secs)
         if gpu.throttle_share_pct >= b.throttle_share_pct:
-            return cause_gpu.throttled(gpu, line, secs)
+            return cause_gpu.throttled(gpu, line, gsecs)
         if real_low is True and hs.input:
             return cause_input.waits_for_input(job, host, hs, (line,), b)
         loader = cause_input.self_loading(job, b)
@@ -139,25 +149,33 @@ class Diagnoser:
         self.thresholds.validate()
         self._frames: deque[Frame] = deque()
         self._gpus: dict[int, _GpuState] = {}
+        self._switched_at: float | None = None  # the first frame of the current sched source
 
     def update(self, frame: Frame) -> tuple[Verdict, ...]:
         """Add one frame; return the verdict for every GPU in it."""
         t = self.thresholds
         if self._frames and frame.sources.sched != self._frames[-1].sources.sched:
-            # The probe took over from /proc (or the reverse): averaging across the switch
-            # would mix an inferred wait split with a measured one. The verdicts stay.
-            self._frames.clear()
+            # The probe took over from /proc (or the reverse): averaging processes across
+            # the switch would mix an inferred wait split with a measured one, so they
+            # restart from here; the GPUs and the host, read the same way on both sides,
+            # keep their window (the verdict needs no new samples of them).
+            self._switched_at = frame.t
         self._frames.append(frame)
         while self._frames and frame.t - self._frames[0].t > t.window_s:
             self._frames.popleft()
         frames = list(self._frames)
         host = aggregate_host(frames)
-        procs = aggregate_processes(frames)
+        since = self._switched_at
+        if since is not None and frames[0].t >= since:
+            since = self._switched_at = None
+        pframes = frames if since is None else [f for f in frames if f.t >= since]
+        procs = aggregate_processes(pframes)
+        proc_seconds = None if since is None else sum(f.interval for f in pframes)
         out: list[Verdict] = []
         for g in frame.gpus:
             st = self._gpus.setdefault(g.index, _GpuState())
             agg = aggregate_gpu(frames, g.index)
-            judged = classify(agg, host, job_of(g.index, procs), t, st.state)
+            judged = classify(agg, host, job_of(g.index, procs), t, st.state, proc_seconds)
             shown = st.confirm(judged, t.confirm_ticks, at_once=g.state == "lost")
             eff = None
             if agg.sm_active is not None and agg.util:

@@ -182,6 +182,25 @@ class CpuLimitSample:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenStorage:
+    """A filesystem or block device a process had files open on for reading, seen while
+    it waited in uninterruptible sleep (``gputop/sources/storage.py``)."""
+
+    mount: str
+    """Where it is mounted in the process's mount table; "" for a block device read directly."""
+    fstype: str
+    """The filesystem type (``ext4``, ``nfs4``, ``fuse.s3fs``), or "block device"."""
+    source: str
+    """What is mounted there (``/dev/nvme0n1p1``, ``server:/export``), or the device's path."""
+
+    def describe(self) -> str:
+        """``/data (ext4 on /dev/sdb1)``, or ``/dev/loop3 (block device)``."""
+        if not self.mount:
+            return f"{self.source} ({self.fstype})"
+        return f"{self.mount} ({self.fstype} on {self.source})"
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSample:
     """One process in one tick (contract fields first, then gputop's extras)."""
 
@@ -248,6 +267,9 @@ class ProcessSample:
     files), % of the interval (part of ``blocked_pct``); None without the probe."""
     cpu_limit: CpuLimitSample | None = None
     """Its cgroup CPU limit with the kernel's throttling counters (training jobs only)."""
+    storage: tuple[OpenStorage, ...] | None = None
+    """Filesystems and block devices it had open for reading, read when its stat line showed
+    it in uninterruptible sleep (training jobs only); None where not read this tick."""
     # The container and Kubernetes pod the process runs in, from its cgroup path
     # (gputop/sources/cgroup.py); None outside containers or where not derivable.
     container_id: str | None = None

@@ -368,6 +368,7 @@ def _row(
         cpus_allowed=d.cpus_allowed if role != "other" else None,
         cpu_quota=d.cpu_quota if role != "other" else None,
         **_limit_fields(d.cpu_limit if role != "other" else None),
+        storage=d.storage if role != "other" else None,
         container_id=ident.container_id if ident else None,
         container_runtime=ident.runtime if ident else None,
         pod_uid=ident.pod_uid if ident else None,

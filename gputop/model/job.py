@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gputop.model.frame import Preemptor
+from gputop.model.frame import OpenStorage, Preemptor
 from gputop.model.window import ProcAgg, mean, merge_preemptors, runq_weight
 
 
@@ -71,6 +71,8 @@ class WorkersSummary:
     io_wait_pct: float | None = None
     """Mean share of the time a worker was in uninterruptible sleep (mostly disk reads);
     None: not measured (no eBPF)."""
+    storage: tuple[OpenStorage, ...] = ()
+    """What the workers had open for reading while in I/O wait, the most seen first."""
 
 
 def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
@@ -87,7 +89,17 @@ def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
             (runq_weight(w.runq_pct, w.runq_threads_pct), w.preemptors) for w in procs
         ),
         io_wait_pct=mean(w.io_wait_pct for w in procs),
+        storage=_storage_of(procs),
     )
+
+
+def _storage_of(procs: Iterable[ProcAgg]) -> tuple[OpenStorage, ...]:
+    """The storage the processes were seen reading, by the ticks seen in (all summed)."""
+    seen: dict[OpenStorage, int] = {}
+    for p in procs:
+        for s, n in p.storage or ():
+            seen[s] = seen.get(s, 0) + n
+    return tuple(s for s, _ in sorted(seen.items(), key=lambda kv: -kv[1]))
 
 
 def job_preemptors(job: Job) -> tuple[Preemptor, ...] | None:

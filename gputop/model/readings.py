@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gputop.model.frame import HostSample, ProcessSample, ThreadSample
+from gputop.model.frame import HostSample, OpenStorage, ProcessSample, ThreadSample
 from gputop.model.probe_abi import GroupT, ThreadT
 
 
@@ -212,6 +212,8 @@ class ProcDetail:
     cpu_quota: float | None = None
     cpu_limit: CpuLimitReading | None = None  # read for training jobs only
     identity: ContainerIdentity | None = None
+    # What it had open for reading, read when a training job's process was in D state.
+    storage: tuple[OpenStorage, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

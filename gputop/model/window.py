@@ -12,7 +12,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gputop.model.frame import Frame, GpuSample, HostSample, Preemptor, ProcessSample, Role
+from gputop.model.frame import (
+    Frame,
+    GpuSample,
+    HostSample,
+    OpenStorage,
+    Preemptor,
+    ProcessSample,
+    Role,
+)
 
 # Clock-event reasons that do not slow a busy GPU down (NVML reports them as
 # "reasons" too, but they are the GPU idling or following a setting).
@@ -103,8 +111,6 @@ class LimitAgg:
     """CFS periods over the ticks its counters were read (0: not read yet)."""
     throttled_periods: int
     throttled_ms: float
-    seconds: float
-    """The time those ticks cover."""
 
     @property
     def throttled_periods_pct(self) -> float | None:
@@ -112,14 +118,14 @@ class LimitAgg:
         return 100.0 * self.throttled_periods / self.periods if self.periods else None
 
 
-def _limit_agg(ps: list[ProcessSample], dts: list[float]) -> LimitAgg | None:
+def _limit_agg(ps: list[ProcessSample]) -> LimitAgg | None:
     last = ps[-1].cpu_limit
     quota = ps[-1].cpu_quota
     if last is None or quota is None:
         return None
     counted = [
-        (p.cpu_limit, dt)
-        for p, dt in zip(ps, dts, strict=True)
+        p.cpu_limit
+        for p in ps
         if p.cpu_limit is not None
         and p.cpu_limit.cgroup == last.cgroup
         and p.cpu_limit.periods is not None
@@ -129,11 +135,24 @@ def _limit_agg(ps: list[ProcessSample], dts: list[float]) -> LimitAgg | None:
         quota_cpus=quota,
         limit_file=last.file,
         burst_cpus=last.burst,
-        periods=sum(c.periods or 0 for c, _ in counted),
-        throttled_periods=sum(c.throttled_periods or 0 for c, _ in counted),
-        throttled_ms=sum(c.throttled_ms or 0.0 for c, _ in counted),
-        seconds=sum(dt for _, dt in counted),
+        periods=sum(c.periods or 0 for c in counted),
+        throttled_periods=sum(c.throttled_periods or 0 for c in counted),
+        throttled_ms=sum(c.throttled_ms or 0.0 for c in counted),
     )
+
+
+def _storage_seen(ps: list[ProcessSample]) -> tuple[tuple[OpenStorage, int], ...] | None:
+    seen: dict[OpenStorage, int] = {}
+    read = False
+    for p in ps:
+        if p.storage is None:
+            continue
+        read = True
+        for s in p.storage:
+            seen[s] = seen.get(s, 0) + 1
+    if not read:
+        return None
+    return tuple(sorted(seen.items(), key=lambda kv: -kv[1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +189,9 @@ class ProcAgg:
     """"bpf" (measured) or "cpu.stat" (inferred); None: not told."""
     limit: LimitAgg | None = None
     """Its cgroup CPU limit with the kernel's throttling counters summed over the window."""
+    storage: tuple[tuple[OpenStorage, int], ...] | None = None
+    """What it had open for reading while in I/O wait, with the ticks each was seen in
+    (most first); None: never read in the window (not in D state at any tick's scan)."""
     gputop: bool = False
     """It is gputop itself."""
 
@@ -318,11 +340,9 @@ def aggregate_gpu(frames: Iterable[Frame], index: int) -> GpuAgg:
 def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
     """Every process seen in these frames, averaged over the ticks it was seen."""
     seen: dict[int, list[ProcessSample]] = {}
-    dts: dict[int, list[float]] = {}
     for f in frames:
         for p in f.processes:
             seen.setdefault(p.pid, []).append(p)
-            dts.setdefault(p.pid, []).append(f.interval)
     out: dict[int, ProcAgg] = {}
     for pid, ps_all in seen.items():
         last = ps_all[-1]
@@ -357,7 +377,8 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             cpu_throttled_source=next(
                 (p.cpu_throttled_source for p in reversed(ps) if p.cpu_throttled_source), None
             ),
-            limit=_limit_agg(ps_all, dts[pid]),
+            limit=_limit_agg(ps_all),
+            storage=_storage_seen(ps_all),
             gputop=is_gputop(last.comm, last.cmdline),
         )
     return out

@@ -132,6 +132,9 @@ def workers_line(wk: WorkersSummary, culprits: set[int]) -> str:
     return line + f" were preempted {whole(each)}/s each and used {whole(wk.cpu_pct)}% CPU each"
 
 
+STORAGE_SHOWN = 2  # filesystems named in the evidence (the most seen first)
+
+
 def storage_line(wk: WorkersSummary, host: HostAgg) -> str:
     """The workers' I/O wait against their CPU use (measured), and the host's I/O pressure."""
     each = " each" if wk.count != 1 else ""
@@ -140,6 +143,10 @@ def storage_line(wk: WorkersSummary, host: HostAgg) -> str:
         f" disk reads) {pct(wk.io_wait_pct)} of the time{each}, on a CPU {whole(wk.cpu_pct)}%"
         " (measured)"
     )
+    if wk.storage:
+        shown = ", ".join(s.describe() for s in wk.storage[:STORAGE_SHOWN])
+        more = len(wk.storage) - STORAGE_SHOWN
+        line += f"; reading from {shown}" + (f" and {more} more" if more > 0 else "")
     if host.psi_io_some is not None:
         line += f"; I/O pressure {whole(host.psi_io_some)}%"
     return line

@@ -39,6 +39,10 @@ class SchedProbe(Protocol):
     def open(self) -> None:
         """Start loading; must return at once (compile and attach in the background)."""
 
+    def prepare(self, pipeline: Pipeline) -> None:
+        """Watch ``pipeline`` from now on (the end of the tick that found it), so the
+        next read covers it for its whole interval but the tick's own work."""
+
     def read(self, pipeline: Pipeline | None = None) -> ProbeRows | None:
         """The kernel's running totals now, or None while not (yet) attached.
 

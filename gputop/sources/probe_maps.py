@@ -68,6 +68,13 @@ class ProbeMaps:
         self._want_watched = set(pipeline.watched)
         self._want_tids = pipeline.tids
 
+    def apply(self, pipeline: Pipeline) -> None:
+        """Watch ``pipeline`` from now on: the kernel maps and the CUDA uprobes get it at once,
+        so the next read counts it (the gap since the last read is the tick's own work)."""
+        self.want(pipeline)
+        self._sync_pipeline(self._maps)
+        self.cuda.update(self._want_watched - set(self._want_feeds))
+
     def read(self) -> ProbeRows:
         """The kernel's running totals now; then the maps get what ``want()`` asked for."""
         maps = self._maps

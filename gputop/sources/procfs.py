@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from gputop.model.frame import HostSample, SourceStatus, ThreadSample
 from gputop.model.readings import ProcDetail, ProcScan, ProcStat
 from gputop.sources.cpulimits import CpuLimitReader, cpus_allowed
+from gputop.sources.storage import StorageReader
 
 _PF_KTHREAD = 0x00200000
 _CMDLINE_MAX = 4096
@@ -157,6 +158,7 @@ class ProcSource:
         self._stats: dict[int, ProcStat] = {}
         self._busy: set[int] = set()
         self._limits = CpuLimitReader(self.root)
+        self._storage = StorageReader(self.root)
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
             self.root + "/1/schedstat"
@@ -410,6 +412,8 @@ class ProcSource:
             cpus_allowed=cpus_allowed(self.root, st.pid) if limits else None,
             cpu_quota=None if limit is None else limit.quota_cpus,
             cpu_limit=limit,
+            # Waiting on storage now: what it reads from (the fds of a job process in D).
+            storage=self._storage.read(st.pid) if limits and st.state == "D" else None,
         )
 
     def _read_threads(self, pid: int, prev: _ProcPrev, dt: float | None) -> _ThreadPass:

@@ -272,6 +272,15 @@ class BpfSchedProbe:
 
     # ---- reading --------------------------------------------------------------
 
+    def prepare(self, pipeline: Pipeline) -> None:
+        """Watch ``pipeline`` (the join stage's output of this tick) from now on, not from
+        the next read: a trainer found in this tick has its wake-ups classified, its
+        preemptors recorded and its CUDA library probed through the next interval, so
+        its first measured numbers come one tick sooner. Nothing before attaching."""
+        self._pipeline = pipeline
+        if self._maps is not None:
+            self._maps.apply(pipeline)
+
     def read(self, pipeline: Pipeline | None = None) -> ProbeRows | None:
         """The kernel's running totals now; None until attached.
 

@@ -187,7 +187,6 @@ def counted(periods: int, throttled: int, throttled_s: float, burst: float | Non
         periods=periods,
         throttled_periods=throttled,
         throttled_ms=throttled_s * 1000.0,
-        seconds=10.0,
     )
 
 

@@ -103,3 +103,30 @@ def test_workers_on_a_cpu_more_than_in_io_wait_or_unmeasured_stay_input_compute(
     for j in (mixed, unmeasured, low):
         v = cause_input.waits_for_input(j, h, side(j, h), ("GPU line",), T)
         assert (v.state, v.cause) == ("input_bound", "input_compute"), j.workers
+
+
+def test_the_storage_the_workers_read_is_named_and_a_network_one_gets_its_own_fix() -> None:
+    from dataclasses import replace
+
+    from gputop.model.frame import OpenStorage
+
+    nfs = OpenStorage("/datasets", "nfs4", "filer:/export/imagenet")
+    loop = OpenStorage("", "block device", "/dev/loop3")
+    t, w1, w2 = STORAGE
+    # Seen in 6 ticks on one worker and 2 on the other: the NFS mount is named first.
+    j = job(t, replace(w1, storage=((nfs, 6),)), replace(w2, storage=((loop, 1), (nfs, 1))))
+    h = host(cpu_pct=12.0, ncpu=2)
+    v = cause_input.waits_for_input(j, h, side(j, h), ("GPU line",), T)
+    text = "\n".join(v.evidence)
+    assert (
+        "; reading from /datasets (nfs4 on filer:/export/imagenet), /dev/loop3 (block device)"
+        in text
+    ), text
+    assert v.fixes[-1].startswith(
+        "stage the dataset from /datasets (nfs4 on filer:/export/imagenet), a network"
+        " filesystem, onto local NVMe"
+    ), v.fixes
+    local = job(t, replace(w1, storage=((loop, 3),)), w2)
+    v = cause_input.waits_for_input(local, h, side(local, h), ("GPU line",), T)
+    assert "; reading from /dev/loop3 (block device)" in "\n".join(v.evidence)
+    assert v.fixes[-1].startswith("read the data from somewhere faster than /dev/loop3")

@@ -734,20 +734,28 @@ def test_every_verdict_state_has_a_rank_and_a_title_on_the_banner() -> None:
     assert set(PROBLEM_STATES) < set(VERDICT_STATES)
 
 
-def test_the_window_restarts_when_the_probe_takes_over_and_the_verdict_does_not_flicker() -> None:
+def test_processes_restart_their_window_when_the_probe_takes_over_and_no_flicker() -> None:
     # /proc: the trainer queues for a CPU 25% (starving, inferred). The probe then
     # measures that it waits on its GPU, not its host: the verdict moves to
-    # low_sm_efficiency within confirm ticks, without an "unknown" in between and
-    # without the /proc frames diluting the measured split.
+    # low_sm_efficiency from the probe's first frame plus confirm ticks, without an
+    # "unknown" in between and without the /proc frames diluting the measured split;
+    # the evidence quotes the span the processes' numbers cover, the GPU line its own.
     inferred = Case(Gpu(util=97, sm=20), (trainer(cpu=5.0, off=95.0, runq=25.0),), BUSY_HOST)
     measured = Case(
         Gpu(util=97, sm=20),
         (trainer(cpu=5.0, off=95.0, runq=2.0, wait_input=3.0, wait_irq=88.0),),
         BUSY_HOST,
     )
-    states = [v[0].state for v in run([inferred] * 5 + [measured] * 4)]
+    verdicts = [v[0] for v in run([inferred] * 5 + [measured] * 4)]
+    states = [v.state for v in verdicts]
     assert states[2:5] == ["busy_but_starving"] * 3
-    assert states[5:] == ["busy_but_starving"] * 2 + ["low_sm_efficiency"] * 2
+    assert states[5:] == ["busy_but_starving"] + ["low_sm_efficiency"] * 3
+    first = "\n".join(verdicts[6].evidence)
+    assert "power 600 W of 700 W over the last 7 s" in first, first
+    assert "on a CPU 5% of the last 2 s, waited for a CPU 2% (measured)" in first, first
+    # Once the window holds only the probe's frames, one span again.
+    last = "\n".join(run([inferred] * 5 + [measured] * 12)[-1][0].evidence)
+    assert "on a CPU 5% of the last 10 s, waited for a CPU 2% (measured)" in last, last
 
 
 # ---- the measured GPU wait (CUDA synchronization) --------------------------------------

@@ -31,6 +31,9 @@ class ExplodingProbe:
     def open(self) -> None:
         pass
 
+    def prepare(self, pipeline) -> None:
+        pass
+
     def read(self, pipeline=None):
         raise OSError("map vanished")
 
@@ -44,6 +47,50 @@ def test_failing_probe_falls_back_to_procfs(tmp_path):
     assert s.probe is None
     assert f.sources.sched == "procfs"
     assert any("map vanished" in n for n in f.sources.notes)
+
+
+class RecordingProbe:
+    """A probe not attached yet, writing down what the sampler asks of it, in order."""
+
+    status = SourceStatus("sched", "bpf", False, "compiling")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def open(self) -> None:
+        pass
+
+    def prepare(self, pipeline) -> None:
+        self.calls.append(("prepare", pipeline))
+
+    def read(self, pipeline=None):
+        self.calls.append(("read", pipeline))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_probe_watches_a_ticks_pipeline_from_the_end_of_that_tick(tmp_path):
+    # What a tick's join found is handed to the probe before the next tick reads it, so a
+    # trainer found now is watched through the whole next interval.
+    probe = RecordingProbe()
+    s = Sampler(procs=tiny_procs(tmp_path), probe=probe)
+    s.tick()
+    s.tick()
+    kinds = [k for k, _ in probe.calls]
+    assert kinds == ["read", "prepare", "read", "prepare"], kinds
+    assert probe.calls[1][1] is probe.calls[2][1], "the next read gets the pipeline prepared"
+
+
+def test_a_probe_failing_to_prepare_is_disabled_and_sampling_goes_on(tmp_path):
+    class Failing(RecordingProbe):
+        def prepare(self, pipeline) -> None:
+            raise OSError("uprobe attach failed")
+
+    s = Sampler(procs=tiny_procs(tmp_path), probe=Failing())
+    f = s.tick()
+    assert s.probe is None
+    assert any("uprobe attach failed" in n for n in s.tick().sources.notes), f.sources
 
 
 def test_interval_below_minimum_is_raised_to_minimum(tmp_path):

@@ -1,0 +1,134 @@
+"""What storage a process has open for reading: its filesystems and block devices.
+
+Read for a training job's process caught in uninterruptible sleep (``D`` in its stat
+line: waiting on a disk or on a page fault of a mapped file), so the diagnosis can
+say where batches wait on storage ("/data (nfs4, fileserver:/datasets)"). Each
+readable fd of ``/proc/PID/fd`` is one ``lstat`` (its link's mode bits are the open
+mode: read-only, write-only or both) and one ``stat`` (its target's device); pipes,
+sockets, anonymous inodes, ``/dev`` character devices and write-only fds (logs) are
+skipped. A regular file is placed in the process's own mount table
+(``/proc/PID/mountinfo``: a container's paths, as its fds show them), by its device
+and the longest mount point over its path; a block device read directly (``O_DIRECT``
+on ``/dev/...``) is named by its path. The mount tables are kept per mount namespace
+and read again after ``MOUNTS_TTL_S``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+from gputop.model.frame import OpenStorage
+
+__all__ = ["MOUNTS_TTL_S", "StorageReader", "parse_mountinfo"]
+
+MOUNTS_TTL_S = 30.0
+MAX_FDS = 512  # a process with more open files is read in part (the first ones listed)
+# Filesystems whose reads never wait on a device.
+_PSEUDO = frozenset(
+    {"proc", "sysfs", "devtmpfs", "devpts", "tmpfs", "cgroup", "cgroup2", "pipefs", "sockfs"}
+)
+
+_Mount = tuple[str, str, str]  # mount point, fstype, source
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    if "\\" not in field:
+        return field
+    out = field
+    for code in ("040", "011", "012", "134"):
+        out = out.replace("\\" + code, chr(int(code, 8)))
+    return out
+
+
+def parse_mountinfo(text: str) -> dict[int, list[_Mount]]:
+    """``st_dev`` -> the mounts of that device: (mount point, fstype, source), longest first."""
+    out: dict[int, list[_Mount]] = {}
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        parts = left.split()
+        fs = right.split()
+        if not sep or len(parts) < 5 or len(fs) < 2:
+            continue
+        major, _, minor = parts[2].partition(":")
+        try:
+            dev = os.makedev(int(major), int(minor))
+        except ValueError:
+            continue
+        out.setdefault(dev, []).append((_unescape(parts[4]), fs[0], _unescape(fs[1])))
+    for mounts in out.values():
+        mounts.sort(key=lambda m: len(m[0]), reverse=True)
+    return out
+
+
+def _under(path: str, mount: str) -> bool:
+    return mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
+
+
+class StorageReader:
+    """Reads the storage processes have open for reading; one per ``/proc`` root."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.root = proc_root.rstrip("/")
+        self._mounts: dict[str, tuple[float, dict[int, list[_Mount]]]] = {}
+
+    def _mount_table(self, pid: int) -> dict[int, list[_Mount]]:
+        try:
+            ns = os.readlink(f"{self.root}/{pid}/ns/mnt")
+        except OSError:
+            ns = f"pid:{pid}"
+        now = time.monotonic()
+        hit = self._mounts.get(ns)
+        if hit is not None and now - hit[0] < MOUNTS_TTL_S:
+            return hit[1]
+        try:
+            with open(f"{self.root}/{pid}/mountinfo", encoding="utf-8", errors="replace") as f:
+                table = parse_mountinfo(f.read())
+        except OSError:
+            table = {}
+        self._mounts[ns] = (now, table)
+        return table
+
+    def read(self, pid: int) -> tuple[OpenStorage, ...]:
+        """Each filesystem or block device ``pid`` has files open for reading on, once,
+        in the order of its fds; () where none (or its fds cannot be read)."""
+        base = f"{self.root}/{pid}/fd"
+        try:
+            fds = os.listdir(base)[:MAX_FDS]
+        except OSError:
+            return ()
+        found: dict[tuple[str, str, str], None] = {}
+        table: dict[int, list[_Mount]] | None = None
+        for fd in fds:
+            link = f"{base}/{fd}"
+            try:
+                if not os.lstat(link).st_mode & stat.S_IRUSR:
+                    continue  # opened write-only: a log, not input
+                st = os.stat(link)
+            except OSError:
+                continue
+            if stat.S_ISBLK(st.st_mode):
+                try:
+                    path = os.readlink(link)
+                except OSError:
+                    continue
+                found[("", "block device", path)] = None
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if table is None:
+                table = self._mount_table(pid)
+            mounts = table.get(st.st_dev)
+            if not mounts:
+                continue
+            try:
+                path = os.readlink(link)
+            except OSError:
+                path = ""
+            mount = next((m for m in mounts if _under(path, m[0])), mounts[-1])
+            if mount[1] in _PSEUDO:
+                continue
+            found[mount] = None
+        return tuple(OpenStorage(mount=m, fstype=t, source=s) for m, t, s in found)

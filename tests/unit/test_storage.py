@@ -1,0 +1,62 @@
+"""The mount table parser of gputop/sources/storage.py on fixture lines (escapes, bind
+mounts, network filesystems) and how storage is quoted; a real process's open files are
+read in tests/functional/test_storage_real.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gputop.model.frame import OpenStorage
+from gputop.sources.storage import parse_mountinfo
+
+MOUNTINFO = r"""22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 22 254:0 /srv/data /mnt/bound rw,relatime shared:1 - ext4 /dev/vda rw
+41 22 0:52 / /datasets rw,relatime shared:20 - nfs4 filer:/export/imagenet rw,vers=4.2
+42 22 0:53 / /mnt/with\040space rw - fuse.s3fs s3fs rw
+43 22 259:3 / /scratch rw,relatime - xfs /dev/nvme0n1p1 rw
+bad line without separator
+"""
+
+
+def test_the_mount_table_maps_each_device_to_its_mounts_longest_first() -> None:
+    table = parse_mountinfo(MOUNTINFO)
+    assert table[os.makedev(254, 0)] == [
+        ("/mnt/bound", "ext4", "/dev/vda"),
+        ("/", "ext4", "/dev/vda"),
+    ]
+    assert table[os.makedev(0, 52)] == [("/datasets", "nfs4", "filer:/export/imagenet")]
+    assert table[os.makedev(0, 53)] == [("/mnt/with space", "fuse.s3fs", "s3fs")]
+    assert table[os.makedev(259, 3)] == [("/scratch", "xfs", "/dev/nvme0n1p1")]
+    assert len(table) == 4
+
+
+def test_storage_describes_itself_as_evidence_quotes_it() -> None:
+    assert OpenStorage("/scratch", "xfs", "/dev/nvme0n1p1").describe() == (
+        "/scratch (xfs on /dev/nvme0n1p1)"
+    )
+    assert OpenStorage("", "block device", "/dev/loop3").describe() == "/dev/loop3 (block device)"
+
+
+def test_storage_survives_a_frames_json_round_trip() -> None:
+    import json
+
+    from gputop.model.frame import Frame, HostSample, ProcessSample, Sources
+
+    worker = ProcessSample(
+        pid=4000, ppid=3999, comm="pt_data_worker", cmdline="python train.py",
+        role="dataloader", trainer_pid=3999, cpu_pct=2.0, offcpu_pct=98.0, runq_pct=0.5,
+        preempt_per_s=20.0, preempt_total=40, vcsw_per_s=60.0,
+        storage=(OpenStorage("", "block device", "/dev/loop0"), OpenStorage("/d", "xfs", "/sdb")),
+    )  # fmt: skip
+    frame = Frame(
+        t=1.0, interval=1.0, sources=Sources("nvml", "bpf"),
+        host=HostSample(cpu_pct=10.0, ncpu=2, load1=0.5, procs_running=1), processes=(worker,),
+    )  # fmt: skip
+    d = json.loads(json.dumps(frame.to_dict()))
+    assert d["processes"][0]["storage"][1] == {"mount": "/d", "fstype": "xfs", "source": "/sdb"}
+    assert Frame.from_dict(d) == frame
+    d["processes"][0]["storage"] = [{"mount": 3, "fstype": "xfs", "source": "/sdb"}]
+    with pytest.raises(ValueError, match="mount"):
+        Frame.from_dict(d)
