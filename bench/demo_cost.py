@@ -32,8 +32,13 @@ def main() -> None:
         f" {'trainer runq%':>13} {'input%':>6} {'irq%':>5}  verdict"
     )
     for name in SCENARIOS:
-        if SCENARIOS[name].cpu_limit is not None and os.geteuid() != 0:
-            print(f"{name:<16} skipped: it makes a cgroup, which needs root")
+        sc = SCENARIOS[name]
+        needs_root = sc.cpu_limit is not None or sc.read_iops is not None or sc.needs_probe
+        if needs_root and os.geteuid() != 0:
+            print(f"{name:<16} skipped: it needs root (a cgroup, a loop device or the probe)")
+            continue
+        if sc.needs_probe and not bpf:
+            print(f"{name:<16} skipped: its verdict rests on the probe (run with --bpf)")
             continue
         out = subprocess.run(
             [

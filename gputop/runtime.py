@@ -32,7 +32,7 @@ def gpu_source(opts: Options) -> GpuSource:
     if opts.demo is not None:
         from gputop.demo import demo_gpu_source
 
-        return demo_gpu_source(opts.demo)
+        return demo_gpu_source(opts.demo, probe=not opts.no_bpf)
     from gputop.sources.nvml import NvmlSource
 
     if opts.dcgm_url == "off":

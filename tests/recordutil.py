@@ -95,11 +95,13 @@ def procfs_with_note(frames: list[dict[str, Any]], *words: str) -> None:
         assert w in notes[0], notes[0]
 
 
-def record_demo(name: str, interval: float, duration: float) -> list[dict[str, Any]]:
-    """The frames of `gputop record --demo NAME --no-bpf` run to its end."""
+def record_demo(
+    name: str, interval: float, duration: float, bpf: bool = False
+) -> list[dict[str, Any]]:
+    """The frames of `gputop record --demo NAME` run to its end (``--no-bpf`` unless ``bpf``)."""
     r = run_gputop(
         *("record", "--demo", name, "--interval", str(interval), "--duration", str(duration)),
-        "--no-bpf",
+        *(() if bpf else ("--no-bpf",)),
         timeout=duration + 60,
     )
     assert r.returncode == 0, r.stderr

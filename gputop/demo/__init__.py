@@ -11,11 +11,14 @@ from gputop.sources.base import GpuSource
 __all__ = ["SCENARIOS", "Scenario", "demo_command", "demo_gpu_source", "get_scenario"]
 
 
-def demo_gpu_source(name: str) -> GpuSource:
-    """The modelled GPU of scenario ``name`` (UsageError naming the valid ones if unknown)."""
+def demo_gpu_source(name: str, probe: bool = True) -> GpuSource:
+    """The modelled GPU of scenario ``name`` (UsageError naming the valid ones if unknown, or
+    saying what the scenario needs that is missing: root, the probe, a C compiler).
+
+    ``probe``: the eBPF probe will run (no ``--no-bpf``)."""
     from gputop.demo.source import DemoGpuSource
 
-    return DemoGpuSource(get_scenario(name))
+    return DemoGpuSource(get_scenario(name), probe=probe)
 
 
 def demo_command(args: argparse.Namespace) -> int:

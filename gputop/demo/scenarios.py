@@ -34,6 +34,9 @@ class Scenario:
     """Time a worker sleeps per batch (reading from slow storage)."""
     launch_cpu_ms: float = 3.0
     """Trainer CPU time per step spent launching kernels (Python, autograd, dispatch)."""
+    trainer_cpu_ms: float = 0.0
+    """Trainer CPU time per step before its first launch (per-step Python: metrics,
+    logging), while nothing is queued on the GPU."""
     kernels_per_step: int = 6
     gpu_ms: float = 40.0
     """GPU compute time per step at full clocks."""
@@ -45,6 +48,16 @@ class Scenario:
     """CPUs' worth of time the job's cgroup allows (CFS bandwidth; making it needs root)."""
     expect_cause: str | None = None
     """The cause the verdict should name, where the scenario is about one."""
+    read_iops: int | None = None
+    """Reads a second the kernel allows the workers from the demo's disk (a loop device
+    throttled by an I/O cgroup; making it needs root); None: no disk reads."""
+    reads_per_batch: int = 0
+    """4 KiB ``O_DIRECT`` reads of that disk per batch, per worker."""
+    needs_probe: bool = False
+    """The verdict rests on what only the eBPF probe measures (root, no ``--no-bpf``)."""
+    cuda_stand_in: bool = False
+    """The trainer waits for its modelled GPU inside a CUDA driver call of a stand-in
+    ``libcuda.so.1`` (built with cc), which the probe measures as a real one."""
 
     def hogs(self, ncpu: int) -> int:
         """How many CPU hogs to start on ``ncpu`` CPUs."""
@@ -96,6 +109,34 @@ SCENARIOS: dict[str, Scenario] = {
             launch_cpu_ms=2.0,
             kernels_per_step=4,
             gpu_ms=12.0,
+        ),
+        Scenario(
+            name="storage",
+            summary="2 DataLoader workers read a throttled disk (needs root): the trainer "
+            "waits for batches, the workers wait on storage",
+            expect="input_bound",
+            expect_cause="input_storage",
+            worker_cpu_ms=1.0,
+            read_iops=40,
+            reads_per_batch=2,
+            launch_cpu_ms=2.0,
+            kernels_per_step=4,
+            gpu_ms=12.0,
+            needs_probe=True,
+        ),
+        Scenario(
+            name="trainer-work",
+            summary="the trainer spends 30 ms of its own CPU per step (needs root and cc): "
+            "its GPU idles while the workers keep up",
+            expect="host_bound",
+            expect_cause="trainer_work",
+            worker_cpu_ms=2.0,
+            trainer_cpu_ms=30.0,
+            launch_cpu_ms=2.0,
+            kernels_per_step=6,
+            gpu_ms=10.0,
+            needs_probe=True,
+            cuda_stand_in=True,
         ),
         Scenario(
             name="memory-bound",

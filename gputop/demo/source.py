@@ -12,9 +12,12 @@ from typing import IO
 
 import gputop
 from gputop.demo import cgroup as demo_cgroup
+from gputop.demo import cudastub
+from gputop.demo import storage as demo_storage
 from gputop.demo.gpumodel import GpuSpec, model_sample
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.demo.scenarios import Scenario
+from gputop.errors import UsageError
 from gputop.model.frame import GpuProcess, GpuReading, SourceStatus
 
 READY_TIMEOUT_S = 15.0
@@ -28,7 +31,7 @@ class DemoGpuSource:
     tear it down, kills the group if that takes too long, and reaps the launcher.
     """
 
-    def __init__(self, scenario: Scenario, spec: GpuSpec | None = None) -> None:
+    def __init__(self, scenario: Scenario, spec: GpuSpec | None = None, probe: bool = True) -> None:
         self.scenario = scenario
         self.spec = spec or GpuSpec()
         self._status = SourceStatus("gpu", "demo", True, None)
@@ -38,9 +41,24 @@ class DemoGpuSource:
         self._errors: IO[bytes] | None = None
         self._prev: tuple[int, Progress] | None = None
         self._cgroup: str | None = None
+        self._io_cgroup: str | None = None
+        # Said before anything starts: without what it needs the demo cannot run at all.
         if scenario.cpu_limit is not None:
-            # Said before anything starts: without root the demo cannot run at all.
             demo_cgroup.cpu_controller()
+        if scenario.read_iops is not None:
+            demo_storage.io_controller()
+        if scenario.needs_probe and not probe:
+            raise UsageError(
+                f"the {scenario.name} demo's verdict rests on the eBPF probe's measurements:"
+                " run it without --no-bpf"
+            )
+        if scenario.needs_probe and os.geteuid() != 0:
+            raise UsageError(
+                f"the {scenario.name} demo needs root: its verdict rests on the eBPF probe's"
+                " measurements"
+            )
+        if scenario.cuda_stand_in:
+            cudastub.compiler()
 
     @property
     def status(self) -> SourceStatus:
@@ -76,6 +94,11 @@ class DemoGpuSource:
         if self.scenario.cpu_limit is not None:
             self._cgroup = demo_cgroup.make_cpu_limit(self.scenario.cpu_limit)
             argv += ["--cgroup", self._cgroup]
+        if self.scenario.read_iops is not None:
+            self._io_cgroup = demo_storage.cgroup_path(os.getpid())
+            argv += ["--io-cgroup", self._io_cgroup]
+        if self.scenario.cuda_stand_in:
+            argv += ["--cuda-lib", str(cudastub.build())]
         self._proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -145,6 +168,9 @@ class DemoGpuSource:
         if cgroup is not None:
             # The launcher removes it after its tree; this is for a launcher that could not.
             demo_cgroup.remove(cgroup)
+        io_cgroup, self._io_cgroup = self._io_cgroup, None
+        if io_cgroup is not None and os.path.isdir(io_cgroup):
+            demo_storage.remove(io_cgroup)
         if self._page is not None:
             self._page.close()
             self._page = None

@@ -9,7 +9,10 @@ Process tree (all in one process group, confined to ``DEMO_CPUS`` CPUs)::
     └── cpu_hog ...        background CPU hogs, where the scenario has contention
 
 In the cpu-limit demo the launcher first joins the CPU-limited cgroup gputop made
-(``--cgroup``), so the whole job runs under that limit.
+(``--cgroup``), so the whole job runs under that limit. In the storage demo it attaches
+a throttled loop device (``gputop.demo.storage``) that the workers read from their own
+I/O cgroup (``--io-cgroup``); in the trainer-work demo the trainer waits for its modelled
+GPU inside the stand-in CUDA driver (``--cuda-lib``, ``gputop.demo.cudastub``).
 
 The trainer publishes its progress (``gputop.demo.progress``) in a memory page
 gputop passes as a file descriptor; gputop's modelled GPU turns it into numbers.
@@ -22,14 +25,16 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import mmap
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gputop.demo import cgroup as demo_cgroup
+from gputop.demo import storage as demo_storage
 from gputop.demo.gpumodel import GpuSpec
 from gputop.demo.progress import Progress, ProgressPage
 from gputop.demo.scenarios import DEMO_CPUS, SCENARIOS, Scenario
@@ -96,20 +101,67 @@ def hog() -> None:
         x += 1
 
 
-def worker(sc: Scenario, requests: int, batches: int) -> None:
-    """A DataLoader worker: one batch per request, in order, until the trainer goes away."""
+def worker(sc: Scenario, requests: int, batches: int, disk: Disk | None = None) -> None:
+    """A DataLoader worker: one batch per request, in order, until the trainer goes away.
+
+    With ``disk`` it joins the disk's throttled I/O cgroup and reads the scenario's
+    blocks of it for each batch, bypassing the page cache (each read waits in D)."""
     set_name("pt_data_worker")
+    fd = -1
+    buf = None
+    seed = os.getpid()
+    if disk is not None:
+        demo_storage.join(disk.cgroup)
+        fd = demo_storage.open_direct(disk.device)
+        buf = memoryview(mmap.mmap(-1, demo_storage.BLOCK))  # O_DIRECT wants it page-aligned
     while os.read(requests, 1):
         burn_cpu(sc.worker_cpu_ms)
+        if buf is not None:
+            seed = demo_storage.read_blocks(fd, buf, sc.reads_per_batch, seed)
         if sc.worker_io_ms:
             time.sleep(sc.worker_io_ms / 1000.0)
         os.write(batches, _BATCH)
 
 
-def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
+@dataclass(frozen=True, slots=True)
+class Disk:
+    """The storage demo's throttled loop device and the I/O cgroup its readers join."""
+
+    device: str
+    cgroup: str
+
+
+class _Gpu:
+    """How the trainer waits for its modelled GPU: asleep in ``time.sleep``, or inside the
+    stand-in CUDA driver's ``cuCtxSynchronize`` (the trainer-work demo), which the probe
+    measures."""
+
+    def __init__(self, cuda_lib: str | None) -> None:
+        self._lib = ctypes.CDLL(cuda_lib) if cuda_lib else None
+        if self._lib is not None:
+            self._lib.gputop_demo_gpu_free_at.argtypes = [ctypes.c_longlong]
+
+    def wait_until(self, free_at_ns: int) -> None:
+        if self._lib is not None:
+            self._lib.gputop_demo_gpu_free_at(free_at_ns)
+            self._lib.cuCtxSynchronize()
+            return
+        left = free_at_ns - time.monotonic_ns()
+        if left > 0:
+            time.sleep(left / 1e9)
+
+
+def trainer(
+    sc: Scenario,
+    page: ProgressPage,
+    spec: GpuSpec,
+    disk: Disk | None = None,
+    cuda_lib: str | None = None,
+) -> None:
     """The training loop: next batch, launch the step's kernels, wait for the modelled GPU."""
     set_name("demo_trainer")
     me = os.getpid()
+    gpu = _Gpu(cuda_lib)
     req_w: list[int] = []
     data_r: list[int] = []
     for _ in range(sc.num_workers):
@@ -122,7 +174,7 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             # Drop the other workers' pipe ends so each pipe closes when the trainer dies.
             for fd in theirs:
                 os.close(fd)
-            worker(sc, rq, dt)
+            worker(sc, rq, dt, disk)
 
         _fork(body)
         os.close(rq_r)
@@ -143,7 +195,13 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             return
         os.write(req_w[w], b"r")
         t0 = time.monotonic_ns()
-        p = replace(p, data_wait_ns=p.data_wait_ns + t0 - waited, step_t0_ns=t0)
+        p = replace(p, data_wait_ns=p.data_wait_ns + t0 - waited)
+        if sc.trainer_cpu_ms:
+            # Per-step Python before the first launch (metrics, logging, batch fix-ups):
+            # the GPU has nothing queued meanwhile.
+            burn_cpu(sc.trainer_cpu_ms)
+            t0 = time.monotonic_ns()
+        p = replace(p, step_t0_ns=t0)
         page.write(p)
         free_at = p.gpu_free_at_ns
         for _ in range(sc.kernels_per_step):
@@ -153,9 +211,7 @@ def trainer(sc: Scenario, page: ProgressPage, spec: GpuSpec) -> None:
             page.write(p)
         # torch.cuda.synchronize(): sleep until the modelled GPU finishes the step. The
         # step's kernels stay queued until the trainer is back on a CPU to see that.
-        left = free_at - time.monotonic_ns()
-        if left > 0:
-            time.sleep(left / 1e9)
+        gpu.wait_until(free_at)
         step += 1
         p = replace(
             p,
@@ -184,23 +240,38 @@ def _confine_cpus() -> None:
     os.sched_setaffinity(0, allowed[:DEMO_CPUS])
 
 
-def launch(sc: Scenario, page: ProgressPage, cgroup: str | None = None) -> int:
+def launch(
+    sc: Scenario,
+    page: ProgressPage,
+    cgroup: str | None = None,
+    io_cgroup: str | None = None,
+    cuda_lib: str | None = None,
+) -> int:
     """Start the scenario's processes and wait; tear everything down on a signal.
 
     With ``cgroup`` (the cpu-limit demo's CPU-limited cgroup) the launcher joins it
-    first, so all it starts is born in it, and removes it once they are gone.
+    first, so all it starts is born in it, and removes it once they are gone. With
+    ``io_cgroup`` (the storage demo) it attaches the throttled disk, makes that cgroup
+    for the workers to join, and removes it at the end; the disk goes with its last
+    reader (autoclear).
     """
     children: list[int] = []
     home = None
+    disk_fd = -1
+    disk = None
     try:
         if cgroup is not None:
             home = demo_cgroup.own_cgroup(cgroup)
             demo_cgroup.join(cgroup)
+        if io_cgroup is not None and sc.read_iops is not None:
+            disk_fd, device = demo_storage.attach_loop()
+            demo_storage.throttle(io_cgroup, device, sc.read_iops)
+            disk = Disk(device, io_cgroup)
         _confine_cpus()
         ncpu = len(os.sched_getaffinity(0))
         for _ in range(sc.hogs(ncpu)):
             children.append(_fork(hog))
-        children.append(_fork(lambda: trainer(sc, page, GpuSpec())))
+        children.append(_fork(lambda: trainer(sc, page, GpuSpec(), disk, cuda_lib)))
         # Any child exiting on its own ends the demo: gputop reports it.
         os.wait()
         return 1
@@ -217,6 +288,10 @@ def launch(sc: Scenario, page: ProgressPage, cgroup: str | None = None) -> int:
         if cgroup is not None and home is not None:
             demo_cgroup.leave(home)
             demo_cgroup.remove(cgroup)
+        if io_cgroup is not None:
+            demo_storage.remove(io_cgroup)
+        if disk_fd >= 0:
+            os.close(disk_fd)
 
 
 def _reap_all(deadline_s: float) -> None:
@@ -238,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shm-fd", type=int, required=True)
     ap.add_argument("--parent", type=int, required=True)
     ap.add_argument("--cgroup", help="a CPU-limited cgroup to run the job in")
+    ap.add_argument("--io-cgroup", help="the I/O cgroup to make for the throttled disk's readers")
+    ap.add_argument("--cuda-lib", help="the stand-in libcuda.so.1 the trainer waits in")
     args = ap.parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _stop)
@@ -247,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         set_name("gputop-demo")
         page = ProgressPage(args.shm_fd)
-        return launch(SCENARIOS[args.scenario], page, args.cgroup)
+        return launch(SCENARIOS[args.scenario], page, args.cgroup, args.io_cgroup, args.cuda_lib)
     except _Stop:
         return 0
 

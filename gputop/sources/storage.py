@@ -4,9 +4,9 @@ Read for a training job's process caught in uninterruptible sleep (``D`` in its 
 line: waiting on a disk or on a page fault of a mapped file), so the diagnosis can
 say where batches wait on storage ("/data (nfs4, fileserver:/datasets)"). Each
 readable fd of ``/proc/PID/fd`` is one ``lstat`` (its link's mode bits are the open
-mode: read-only, write-only or both) and one ``stat`` (its target's device); pipes,
-sockets, anonymous inodes, ``/dev`` character devices and write-only fds (logs) are
-skipped. A regular file is placed in the process's own mount table
+mode: read-only, write-only or both) and one ``stat`` (its target's device); stdin,
+stdout and stderr, pipes, sockets, anonymous inodes, ``/dev`` character devices and
+write-only fds (logs) are skipped. A regular file is placed in the process's own mount table
 (``/proc/PID/mountinfo``: a container's paths, as its fds show them), by its device
 and the longest mount point over its path; a block device read directly (``O_DIRECT``
 on ``/dev/...``) is named by its path. The mount tables are kept per mount namespace
@@ -30,6 +30,7 @@ _PSEUDO = frozenset(
     {"proc", "sysfs", "devtmpfs", "devpts", "tmpfs", "cgroup", "cgroup2", "pipefs", "sockfs"}
 )
 
+_STDIO = frozenset({"0", "1", "2"})
 _Mount = tuple[str, str, str]  # mount point, fstype, source
 
 
@@ -102,6 +103,8 @@ class StorageReader:
         found: dict[tuple[str, str, str], None] = {}
         table: dict[int, list[_Mount]] | None = None
         for fd in fds:
+            if fd in _STDIO:
+                continue  # a terminal, a pipe or a log file, never the data
             link = f"{base}/{fd}"
             try:
                 if not os.lstat(link).st_mode & stat.S_IRUSR:

@@ -1,5 +1,6 @@
-"""`gputop record --demo` with an unknown scenario, or the cpu-limit one without root: one line
-and exit 2 (no workload starts)."""
+"""`gputop record --demo` with an unknown scenario, a scenario that needs root without it, or
+one whose verdict needs the eBPF probe with ``--no-bpf``: one line and exit 2 (no workload
+starts)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,16 @@ def test_record_with_unknown_demo_exits_2_with_one_line() -> None:
     assert r.stderr.count("\n") == 1 and "unknown demo 'nope'" in r.stderr
 
 
-def test_cpu_limit_demo_without_root_says_it_needs_root_in_one_line_and_exits_2() -> None:
+NEEDS_ROOT = {
+    "cpu-limit": "the cpu-limit demo needs root: it runs the job in a cgroup it makes",
+    "storage": "the storage demo needs root: it makes a loop device and throttles its reads",
+    "trainer-work": "the trainer-work demo needs root: its verdict rests on the eBPF probe's"
+    " measurements",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_ROOT))
+def test_a_demo_that_needs_root_says_so_in_one_line_and_exits_2(name: str) -> None:
     # As root, the same command run as nobody (setpriv): the check is gputop's own, for real.
     prefix: tuple[str, ...] = ()
     if os.geteuid() == 0:
@@ -33,11 +43,18 @@ def test_cpu_limit_demo_without_root_says_it_needs_root_in_one_line_and_exits_2(
         )  # fmt: skip
     # A home that user can read (none: the config file's defaults).
     env = gputop_env(HOME="/nonexistent", XDG_CONFIG_HOME="/nonexistent")
-    r = run_gputop(
-        "record", "--demo", "cpu-limit", "--duration", "1", timeout=30, prefix=prefix, env=env
-    )
+    r = run_gputop("record", "--demo", name, "--duration", "1", timeout=30, prefix=prefix, env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert r.stderr == f"gputop: error: {NEEDS_ROOT[name]}\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, so that only --no-bpf is missing")
+def test_a_demo_whose_verdict_needs_the_probe_refuses_no_bpf_in_one_line() -> None:
+    r = run_gputop("record", "--demo", "trainer-work", "--no-bpf", "--duration", "1", timeout=30)
     assert r.returncode == 2, r.stderr
     assert r.stdout == ""
     assert r.stderr == (
-        "gputop: error: the cpu-limit demo needs root: it runs the job in a cgroup it makes\n"
+        "gputop: error: the trainer-work demo's verdict rests on the eBPF probe's measurements:"
+        " run it without --no-bpf\n"
     )

@@ -17,7 +17,7 @@ from gputop.sources.storage import StorageReader
 
 HOLD = """
 import os, sys, time
-data = open(sys.argv[1], "rb")
+data = open(sys.argv[1], "rb") if sys.argv[1] != "-" else None
 log = open(sys.argv[2], "w")
 r, w = os.pipe()
 null = open("/dev/null", "rb")
@@ -63,3 +63,22 @@ def test_a_process_that_is_gone_reads_as_nothing() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert StorageReader().read(child.pid) == ()
+
+
+def test_stdio_is_never_the_data_even_a_readable_file(tmp_path: Path) -> None:
+    # stderr a file opened for reading and writing (as gputop's demo launcher's is), no
+    # data file: nothing to name.
+    shm = f"gputop-test-{os.getpid()}-stdio"
+    with open(tmp_path / "stderr.txt", "w+b") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLD, "-", str(tmp_path / "train.log"), shm],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+            assert os.readlink(f"/proc/{child.pid}/fd/2") == str(tmp_path / "stderr.txt")
+            assert StorageReader().read(child.pid) == ()
+        finally:
+            child.kill()
+            child.wait()
+            Path("/dev/shm", shm).unlink(missing_ok=True)

@@ -5,6 +5,7 @@ and no cgroup."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +16,9 @@ from typing import Any
 import pytest
 
 from gputop.demo import SCENARIOS
-from tests.cgrouputil import cpu_hierarchy
+from gputop.sources.probe_loader import Unavailable
+from gputop.sources.probe_plan import preflight
+from tests.cgrouputil import blkio_hierarchy, cpu_hierarchy
 from tests.harness import start_gputop
 from tests.procutil import descendants, proc_comm, survivors
 from tests.recordutil import record_demo
@@ -41,13 +44,31 @@ def summary(frames: list[dict[str, Any]]) -> str:
 
 
 def _skip_without_cgroups(name: str) -> None:
-    """The cpu-limit demo makes a cgroup: it runs as root on a writable cpu controller."""
-    if SCENARIOS[name].cpu_limit is None:
+    """The cpu-limit and storage demos make cgroups, and the demos whose verdicts rest on the
+    eBPF probe need it: they run as root, on a writable controller, with the probe."""
+    sc = SCENARIOS[name]
+    if sc.cpu_limit is None and sc.read_iops is None and not sc.needs_probe:
         return
     if os.geteuid() != 0:
-        pytest.skip("the cpu-limit demo needs root (it makes a cgroup)")
-    if cpu_hierarchy() is None:
+        pytest.skip(f"the {name} demo needs root")
+    if sc.cpu_limit is not None and cpu_hierarchy() is None:
         pytest.skip("the cpu-limit demo needs a writable cgroup cpu controller")
+    if sc.read_iops is not None and blkio_hierarchy() is None:
+        pytest.skip("the storage demo needs a writable cgroup v1 blkio controller here")
+    if sc.needs_probe:
+        pre = preflight()
+        if isinstance(pre, Unavailable):
+            pytest.skip(f"the {name} demo needs the eBPF probe: {pre.reason}")
+
+
+def _demo_disks() -> list[str]:
+    """Loop devices attached over a storage demo's disk file (deleted once attached)."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if "gputop-demo-disk-" in backing.read_text():
+                found.append(backing.parent.parent.name)
+    return found
 
 
 def _demo_cgroup(gputop_pid: int) -> Path | None:
@@ -60,7 +81,7 @@ def _demo_cgroup(gputop_pid: int) -> Path | None:
 def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
     _skip_without_cgroups(name)
     expected = SCENARIOS[name].expect
-    frames = record_demo(name, interval=0.5, duration=3.5)
+    frames = record_demo(name, interval=0.5, duration=3.5, bpf=SCENARIOS[name].needs_probe)
     states = [f["verdicts"][0]["state"] for f in frames]
     assert expected in states[:TICKS_TO_VERDICT], summary(frames)
     assert states[-1] == expected, summary(frames)
@@ -97,8 +118,9 @@ def test_contention_really_lowers_sm_activity_against_healthy() -> None:
 
 
 def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
+    bpf = () if SCENARIOS[name].needs_probe else ("--no-bpf",)
     return start_gputop(
-        *("record", "--demo", name, "--interval", "0.3", "--no-bpf", *extra),
+        *("record", "--demo", name, "--interval", "0.3", *bpf, *extra),
         start_new_session=True,
     )
 
@@ -114,6 +136,7 @@ def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
         ("exit", "cpu-limit"),
         ("sigterm", "cpu-limit"),
         ("sigkill", "cpu-limit"),
+        ("sigkill", "storage"),
     ],
 )
 def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
@@ -121,6 +144,9 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
     extra = ["--duration", "1.5"] if how == "exit" else []
     proc = _start_record(name, extra)
     cgroup = _demo_cgroup(proc.pid) if SCENARIOS[name].cpu_limit is not None else None
+    if SCENARIOS[name].read_iops is not None:
+        io_base = blkio_hierarchy()
+        cgroup = None if io_base is None else io_base / f"gputop-demo-io-{proc.pid}"
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -131,10 +157,14 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
         if SCENARIOS[name].hogs_per_cpu:
             assert "cpu_hog" in comms
         if cgroup is not None:
-            # The whole job runs in the limited cgroup gputop made.
+            # The whole job runs in the limited cgroup gputop made; in the storage demo's
+            # I/O cgroup, its disk's readers: the workers.
             inside = {int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()}
-            job = {pid for pid in tree if proc_comm(pid) in ("demo_trainer", "pt_data_worker")}
+            comm = ("pt_data_worker",) if SCENARIOS[name].read_iops else ("demo_trainer",)
+            job = {pid for pid in tree if proc_comm(pid) in ("pt_data_worker", *comm)}
             assert job and job <= inside, (job, inside)
+        if SCENARIOS[name].read_iops is not None:
+            assert len(_demo_disks()) == 1, _demo_disks()
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends to the foreground group
         elif how != "exit":
@@ -151,6 +181,12 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
             while cgroup.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert not cgroup.exists()
+        if SCENARIOS[name].read_iops is not None:
+            # The throttled disk goes with its last reader (autoclear).
+            deadline = time.monotonic() + 5.0
+            while _demo_disks() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _demo_disks() == []
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -105,6 +105,8 @@ def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
         "slow-dataloader": "input_bound",
         "memory-bound": "low_sm_efficiency",
         "throttled": "throttled",
+        "storage": "input_bound",
+        "trainer-work": "host_bound",
     }
     assert {n: s.expect for n, s in SCENARIOS.items() if n in expected} == expected
     assert SCENARIOS["cpu-contention"].hogs(2) > 2
@@ -113,6 +115,15 @@ def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
     limited = SCENARIOS["cpu-limit"]
     assert (limited.cpu_limit, limited.hogs(2), limited.expect_cause) == (0.25, 0, "cpu_limit")
     assert all(s.cpu_limit is None for n, s in SCENARIOS.items() if n != "cpu-limit")
+    # Storage: workers that mostly wait on a throttled disk; trainer-work: a trainer whose
+    # own per-step CPU work leaves its GPU idle, its GPU wait measured in the stand-in driver.
+    disk, work = SCENARIOS["storage"], SCENARIOS["trainer-work"]
+    assert (disk.expect_cause, disk.read_iops, disk.needs_probe) == ("input_storage", 40, True)
+    assert disk.reads_per_batch >= 1 and disk.worker_cpu_ms <= 1.0 and disk.hogs(2) == 0
+    assert (work.expect_cause, work.cuda_stand_in, work.needs_probe) == ("trainer_work", True, True)
+    assert work.trainer_cpu_ms >= 3 * work.gpu_ms and work.hogs(2) == 0
+    probed = {n for n, s in SCENARIOS.items() if s.needs_probe}
+    assert probed == {"storage", "trainer-work"}
 
 
 def test_unknown_scenario_is_a_usage_error_naming_the_valid_ones() -> None:
