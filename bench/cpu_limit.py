@@ -25,15 +25,12 @@ import json
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.cgrouputil import CpuLimitedCgroup, cpu_limited_cgroup  # noqa: E402
+from tests.cgrouputil import Count, cpu_limited_cgroup  # noqa: E402
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc  # noqa: E402
 from tests.recordutil import job_runq_shares  # noqa: E402
 from tests.torchjob import descendants, running_loop  # noqa: E402
@@ -41,34 +38,6 @@ from tests.torchjob import descendants, running_loop  # noqa: E402
 LOOP = {"workers": 2, "item_cpu_ms": 4, "batch_size": 8, "step_ms": 20, "step": "sleep"}
 HOG = "while True: pass"
 WINDOW_S = 10.0
-
-
-Count = tuple[float, int, int, int]  # wall time, periods, throttled periods, throttled ns
-
-
-@contextlib.contextmanager
-def _counting(cg: CpuLimitedCgroup | None) -> Iterator[list[Count]]:
-    """The cgroup's own cpu.stat, read every 0.1 s meanwhile (nothing without a cgroup)."""
-    got: list[Count] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while cg is not None and not stop.is_set():
-            stat = dict(line.split() for line in (cg.path / "cpu.stat").read_text().splitlines())
-            ns = int(stat["throttled_usec"]) * 1000 if "throttled_usec" in stat else None
-            got.append(
-                (time.time(), int(stat["nr_periods"]), int(stat["nr_throttled"]),
-                 ns if ns is not None else int(stat["throttled_time"]))
-            )  # fmt: skip
-            stop.wait(0.1)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    try:
-        yield got
-    finally:
-        stop.set()
-        th.join()
 
 
 def _at(counts: list[Count], t: float) -> Count:
@@ -95,7 +64,7 @@ def run(quota: float | None, hogs: int, seconds: float, bpf: bool) -> None:
         )
         cmd = [sys.executable, "-m", "gputop", "record", "--interval", "0.5"]
         cmd += ["--duration", str(seconds)] + ([] if bpf else ["--no-bpf"])
-        with _counting(cg) as counts:
+        with cg.counting() if cg else contextlib.nullcontext([]) as counts:
             out = subprocess.run(
                 cmd, cwd=ROOT, env=fake.env(), capture_output=True, text=True, check=True
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,11 +38,16 @@ LAYOUTS = {
 }
 
 
+Count = tuple[float, int, int, int]
+"""One read of a cgroup's cpu.stat: (wall time, periods, throttled periods, throttled ns)."""
+
+
 class CpuLimitedCgroup:
     """A cgroup whose CPU time the kernel caps (CFS bandwidth), with its own accounting."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, v2: bool = False) -> None:
         self.path = path
+        self.v2 = v2
 
     def add(self, pid: int) -> None:
         """Move a process, all its threads, into the cgroup."""
@@ -51,10 +57,33 @@ class CpuLimitedCgroup:
         """The processes in it now."""
         return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
 
-    def throttling(self) -> tuple[int, int]:
-        """The kernel's count of (enforcement periods, periods it throttled the cgroup in)."""
-        stat = dict(line.split() for line in (self.path / "cpu.stat").read_text().splitlines())
-        return int(stat["nr_periods"]), int(stat["nr_throttled"])
+    def throttling(self) -> tuple[int, int, int]:
+        """The kernel's count of (enforcement periods, periods it throttled the cgroup in,
+        throttled time in ns summed over its CPUs), from its ``cpu.stat``."""
+        from gputop.sources.cpulimits import parse_cpu_stat
+
+        got = parse_cpu_stat((self.path / "cpu.stat").read_text(), self.v2)
+        assert got is not None, f"{self.path}/cpu.stat has no CFS bandwidth counters"
+        return got
+
+    @contextmanager
+    def counting(self, every_s: float = 0.1) -> Iterator[list[Count]]:
+        """Its ``throttling()`` with the wall time, read every ``every_s`` meanwhile."""
+        got: list[Count] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                got.append((time.time(), *self.throttling()))
+                stop.wait(every_s)
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        try:
+            yield got
+        finally:
+            stop.set()
+            th.join()
 
 
 def cpu_hierarchy() -> tuple[Path, bool] | None:
@@ -91,7 +120,7 @@ def cpu_limited_cgroup(quota_cpus: float, period_us: int = 100_000) -> Iterator[
     else:
         (path / "cpu.cfs_period_us").write_text(str(period_us))
         (path / "cpu.cfs_quota_us").write_text(str(quota_us))
-    cg = CpuLimitedCgroup(path)
+    cg = CpuLimitedCgroup(path, v2)
     try:
         yield cg
     finally:

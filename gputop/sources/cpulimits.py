@@ -138,8 +138,11 @@ def _limit_level(proc_root: str, pid: int) -> _Level | None:
     ``cpu.cfs_quota_us``/``cpu.cfs_period_us``); None where no level sets one or the
     hierarchy cannot be read."""
     raw = read_text(f"{proc_root}/{pid}/cgroup")
-    if raw is None:
-        return None
+    return None if raw is None else _level_of(proc_root, raw)
+
+
+def _level_of(proc_root: str, raw: str) -> _Level | None:
+    """``_limit_level`` for a process whose ``/proc/PID/cgroup`` reads ``raw``."""
     v2, v1 = _cgroup_mounts(proc_root)
     for line in raw.splitlines():
         hid, _, rest = line.partition(":")
@@ -197,16 +200,26 @@ class CpuLimitReader:
         self._prev: dict[str, tuple[int, int, int]] = {}
         self._now: dict[str, tuple[int, int, int]] = {}
         self._tick: dict[str, CpuLimitReading] = {}
+        # This tick's limit level per cgroup membership (a job's processes share one):
+        # the walk up the tree is done once per cgroup, not once per process.
+        self._levels: dict[str, _Level | None] = {}
 
     def begin(self) -> None:
         """A new tick: read each cgroup again; drop the counters of those not read last tick."""
         self._prev = self._now
         self._now = {}
         self._tick = {}
+        self._levels = {}
 
     def limit(self, pid: int) -> CpuLimitReading | None:
         """The process's CPU limit with this tick's throttling counters; None where none is set."""
-        level = _limit_level(self.proc_root, pid)
+        raw = read_text(f"{self.proc_root}/{pid}/cgroup")
+        if raw is None:
+            return None
+        if raw in self._levels:
+            level = self._levels[raw]
+        else:
+            level = self._levels[raw] = _level_of(self.proc_root, raw)
         if level is None:
             return None
         got = self._tick.get(level.directory)

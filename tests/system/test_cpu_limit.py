@@ -15,8 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +24,7 @@ import pytest
 
 from gputop.model.window import is_gputop
 from tests.bpfutil import why_no_bcc_probe
-from tests.cgrouputil import CpuLimitedCgroup, cpu_hierarchy, cpu_limited_cgroup
+from tests.cgrouputil import Count, cpu_hierarchy, cpu_limited_cgroup
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.harness import gputop_cmd
 from tests.recordutil import job_runq_shares, record_until
@@ -64,27 +62,7 @@ def _hog(on: bool) -> Iterator[subprocess.Popen[bytes] | None]:
         p.wait()
 
 
-@contextmanager
-def _kernel_counts(cg: CpuLimitedCgroup) -> Iterator[list[tuple[float, int, int]]]:
-    """The cgroup's own (wall time, periods, throttled periods), read every 0.1 s meanwhile."""
-    got: list[tuple[float, int, int]] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            got.append((time.time(), *cg.throttling()))
-            stop.wait(0.1)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    try:
-        yield got
-    finally:
-        stop.set()
-        th.join()
-
-
-def _kernel_share(counts: list[tuple[float, int, int]], start: float, end: float) -> float:
+def _kernel_share(counts: list[Count], start: float, end: float) -> float:
     """% of the periods between wall times ``start`` and ``end`` the kernel throttled it in."""
     a = min(counts, key=lambda c: abs(c[0] - start))
     b = min(counts, key=lambda c: abs(c[0] - end))
@@ -122,10 +100,10 @@ def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_rai
             tmp_path / "nvml",
             [FakeGpu(util=[97], sm_util=[10], power_w=[150], processes=[FakeProc(pid=loop.pid)])],
         )
-        with _hog(with_hog) as hog, _kernel_counts(cg) as counts:
+        with _hog(with_hog) as hog, cg.counting() as counts:
             frames = _record(fake.env())
     # The kernel's truth: the limit held the job back in most of its periods.
-    (_, periods0, throttled0), (_, periods1, throttled1) = counts[0], counts[-1]
+    (_, periods0, throttled0, _), (_, periods1, throttled1, _) = counts[0], counts[-1]
     assert (throttled1 - throttled0) / max(1, periods1 - periods0) >= 0.5
     assert _bpf_frames(frames) >= BPF_FRAMES, [f["sources"] for f in frames]
     verdicts = [f["verdicts"][0] for f in frames]

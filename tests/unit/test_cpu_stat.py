@@ -71,6 +71,13 @@ def test_v2_the_tightest_level_is_read_once_per_tick_and_counted_as_the_change_s
     # A second process of the same cgroup in the same tick: the same reading, not read again.
     (pod / "cpu.stat").write_text(_v2_stat(999, 999, 9_999_999))
     assert reader.limit(PID) is got
+    # The limit itself is walked up the tree once per cgroup per tick: a tighter one set on
+    # the container now is seen from the next tick on.
+    (ctr / "cpu.max").write_text("20000 100000\n")
+    assert reader.limit(PID) is got
+    reader.begin()
+    again = reader.limit(PID)
+    assert again is not None and (again.cgroup, again.quota_cpus) == (str(ctr), 0.2)
 
 
 def test_v1_counts_throttled_time_in_ns_and_a_recreated_cgroup_starts_over(tmp_path: Path) -> None:

@@ -26,7 +26,11 @@ from tests.churn import (
     churned,
 )
 
-CHURN_FRAMES = 20_000
+# 22x the window (capacity 240), 16,000 short-lived processes. The assertions below follow
+# from the count, but its phase matters: the exec'd process is "make" ((n-1)//100 odd), the
+# flickering one came back at least 5 frames ago and left within the linger (5 <= (n-1) % 97
+# < 45), and the reused PID's previous owner left more than the linger ago ((n-1) % 50 = 49).
+CHURN_FRAMES = 5_350
 
 
 def most_tracked(h: History) -> int:
@@ -37,7 +41,7 @@ def most_tracked(h: History) -> int:
 
 @pytest.fixture(scope="module")
 def long_churn() -> tuple[History, list[dict[str, int]]]:
-    """20,000 frames of churn, with the history's footprint every 500 frames (read-only)."""
+    """CHURN_FRAMES frames of churn, with the history's footprint every 500 (read-only)."""
     h = History(WINDOW_S, INTERVAL_S, keep_departed_s=KEEP_S)
     seen = []
     for i in range(CHURN_FRAMES):
@@ -47,17 +51,20 @@ def long_churn() -> tuple[History, list[dict[str, int]]]:
     return h, seen
 
 
-def test_twenty_thousand_frames_of_churn_keep_every_per_process_structure_bounded(
+def test_long_churn_keeps_every_per_process_structure_bounded(
     long_churn: tuple[History, list[dict[str, int]]],
 ) -> None:
     h, seen = long_churn
     assert (h.capacity, h.linger) == (240, 40)
+    n = CHURN_FRAMES
+    assert n >= 20 * h.capacity and ((n - 1) // 100) % 2 == 1
+    assert 5 <= (n - 1) % 97 < 5 + h.linger and (n - 1) % REUSE_EVERY > h.linger
     for fp in seen:
         assert fp["frames"] == fp["ticks"] == h.capacity
         assert fp["processes"] == fp["latest"] == fp["preempt_base"] <= most_tracked(h)
         assert fp["longest_series_rows"] <= h.capacity + h.capacity // 8
         assert fp["gpus"] == 1 and fp["pins"] == 0 and fp["state_sets"] == 2
-    # 60,000 processes came and went; the history holds the few it still shows or judges.
+    # 16,000 processes came and went; the history holds the few it still shows or judges.
     peak = max(fp["processes"] for fp in seen)
     assert BIRTHS_PER_FRAME * LIFETIME_FRAMES < peak <= most_tracked(h)
     # The encoded window does not grow with the processes that ever ran.
