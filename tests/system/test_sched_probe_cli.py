@@ -44,8 +44,20 @@ def test_record_as_root_switches_to_bpf_after_compiling():
             " while time.time()-t<0.02: pass\n time.sleep(0.02)",
         ]
     )
+
+    def busy_row(frame: dict[str, Any]) -> dict[str, Any] | None:
+        return next((p for p in frame["processes"] if p["pid"] == busy.pid), None)
+
+    def measured(frame: dict[str, Any]) -> bool:
+        row = busy_row(frame)
+        return (
+            frame["sources"]["sched"] == "bpf"
+            and row is not None
+            and row["blocked_pct"] is not None
+        )
+
     try:
-        frames = record_until(gputop_cmd("record", "--interval", "0.5"), probe_settled)
+        frames = record_until(gputop_cmd("record", "--interval", "0.5"), measured)
     finally:
         busy.kill()
         busy.wait()
@@ -55,7 +67,16 @@ def test_record_as_root_switches_to_bpf_after_compiling():
     # Once live it stays live, and only the probe fills in blocked time.
     first = frames.index(bpf[0])
     assert all(f["sources"]["sched"] == "bpf" for f in frames[first:])
-    assert any(p.get("blocked_pct") is not None for f in bpf for p in f["processes"])
+    assert all(p["blocked_pct"] is None for f in frames[:first] for p in f["processes"])
+    # A process's probe numbers come on the third eBPF tick that shows it: the tick after
+    # it is first shown reads its threads' rows as a baseline (the lean tick reads rows
+    # only for threads shown the tick before), the next one has their change. Not later.
+    shown = [i for i, f in enumerate(frames) if f["sources"]["sched"] == "bpf" and busy_row(f)]
+    got = next(i for i, f in enumerate(frames) if measured(f))
+    seen = [(f["sources"]["sched"], busy_row(f)) for f in frames]
+    assert shown and got <= shown[0] + 2, seen
+    row = busy_row(frames[got])
+    assert row is not None and 30.0 <= row["blocked_pct"] <= 70.0, row  # sleeps half the time
 
 
 BCC_DIR = os.path.join(DISTRO_DIRS[0], "bcc")
