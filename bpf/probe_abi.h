@@ -9,7 +9,9 @@
 #define WAKE_IRQ 3
 #define WAKE_OTHER 4
 #define WAKE_SYNC 5
-#define WAKE_CLASSES 6
+#define WAKE_COLLECTIVE 6
+#define WAKE_CLASSES 7
+#define PIPE_COLLECTIVE 2147483648
 #define HIST_SLOTS 40
 #define WAIT_SLOTS 4
 #define ACT_RAN 1
@@ -40,7 +42,7 @@ struct thread_t {
     u32 longest_ep[2];
     u32 tgid;
     u32 runnable;  // state at the last switch-out
-    u64 wait_ns[6];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
+    u64 wait_ns[7];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
     u64 sync_since;  // when the outermost CUDA synchronization call in progress began
     u64 sync_ns;  // time inside CUDA synchronization calls that have returned
     u64 sync_oncpu_ns;  // of which on a CPU (spinning)

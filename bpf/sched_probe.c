@@ -3,8 +3,8 @@
 // histogram of off-CPU stretches. Loaded by gputop/sources/sched_probe.py.
 //
 // sched:sched_switch does the work; sched:sched_waking classifies who woke a
-// blocked thread (its input pipeline, another thread of its process, interrupt
-// context, another process); sched:sched_wakeup stamps when it became runnable
+// blocked thread (its input pipeline, its process's collective-communication
+// threads, another thread of its process, interrupt context, another process); sched:sched_wakeup stamps when it became runnable
 // again; sched:sched_process_exit frees entries. The irq, softirq, timer and
 // x86 vector entry/exit tracepoints only keep a per-CPU interrupt nesting depth,
 // so a wake-up raised in an interrupt is never blamed on the task it interrupted.
@@ -47,7 +47,8 @@ GT_HASH(groups, u32, struct group_t, MAX_TGIDS);
 GT_LRU_HASH(exiting, u32, u8, MAX_THREADS);
 // User space's view of the training jobs, refreshed each tick from the roles:
 // a DataLoader worker process (tgid), pin-memory thread or thread worker (tid)
-// -> the tgid of the trainer it feeds.
+// -> the tgid of the trainer it feeds; a collective-communication thread of a
+// distributed rank (gloo's, by name) -> its rank's tgid | PIPE_COLLECTIVE.
 GT_HASH(pipeline, u32, u32, MAX_PIPELINE);
 // tgids whose preemptors are recorded (trainers and their workers).
 GT_HASH(watched, u32, u8, MAX_PIPELINE);
@@ -449,6 +450,8 @@ static __always_inline int on_waking(u32 tid) {
             feeds = GT_LOOKUP(pipeline, &waker_tgid);
         if (feeds && *feeds == t->tgid)
             cls = WAKE_INPUT;
+        else if (feeds && *feeds == (t->tgid | PIPE_COLLECTIVE))
+            cls = WAKE_COLLECTIVE;
         else if (waker_tgid == t->tgid)
             cls = WAKE_THREAD;
         else {

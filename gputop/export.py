@@ -34,6 +34,9 @@ HOST_LABEL = "Hostname"
 GPU_LABELS = (HOST_LABEL, "gpu", "UUID", "modelName")
 # pod and namespace as dcgm-exporter names them on Kubernetes; "" outside a pod/container.
 PROC_LABELS = (HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id")
+# A distributed job's rank: job_id is the same on every node (its launcher's rendezvous id,
+# else MASTER_ADDR:MASTER_PORT), so a job's ranks meet across nodes; "job" is Prometheus's own.
+RANK_LABELS = (HOST_LABEL, "pid", "job_id", "rank")
 # 9400 is dcgm-exporter's port, and the registry's 9100-9999 exporter range is
 # allocated; gputop takes 9400 + 10000, so both run on one node.
 DEFAULT_PORT = 19400
@@ -102,6 +105,7 @@ class FrameCollector(Collector):
         yield from self._host_metrics(frame)
         yield from self._gpu_metrics(frame)
         yield from self._process_metrics(frame)
+        yield from self._rank_metrics(frame)
         yield from self._verdict_metrics(frame)
 
     def _gauge(self, name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
@@ -204,6 +208,44 @@ class FrameCollector(Collector):
         yield from families.values()
         yield from (throttled, reasons, lost, sm_source)
 
+    def _rank_metrics(self, frame: Frame) -> Iterator[Any]:
+        info = self._gauge(
+            "gputop_rank_info",
+            "1 for each rank of a distributed job on this node, with its world size and GPUs",
+            [*RANK_LABELS, "world_size", "local_rank", "gpu"],
+        )
+        collective = self._gauge(
+            "gputop_rank_collective_wait_percent",
+            "Share of the interval the rank's main thread was blocked in its collectives"
+            " (woken by its collective-communication threads): waiting for other ranks",
+            RANK_LABELS,
+        )
+        host_wait = self._gauge(
+            "gputop_rank_host_wait_percent",
+            "Share of the interval its host held the rank back: waiting for a CPU (outside"
+            " CUDA synchronization) plus waiting for batches",
+            RANK_LABELS,
+        )
+        for p in frame.processes:
+            if p.job_id is None or p.role != "trainer":
+                continue
+            labels = [self.host, str(p.pid), p.job_id, "" if p.rank is None else str(p.rank)]
+            info.add_metric(
+                [
+                    *labels,
+                    "" if p.world_size is None else str(p.world_size),
+                    "" if p.local_rank is None else str(p.local_rank),
+                    ",".join(str(g) for g in p.gpus),
+                ],
+                1.0,
+            )
+            if p.wait_collective_pct is not None:
+                collective.add_metric(labels, p.wait_collective_pct)
+            if p.wait_input_pct is not None:
+                runq = max(0.0, (p.runq_pct or 0.0) - (p.gpu_sync_runq_pct or 0.0))
+                host_wait.add_metric(labels, runq + p.wait_input_pct)
+        yield from (info, collective, host_wait)
+
     def _process_metrics(self, frame: Frame) -> Iterator[Any]:
         cpu = self._gauge("gputop_process_cpu_percent", "CPU use, % of one CPU", PROC_LABELS)
         off = self._gauge(
@@ -293,6 +335,7 @@ class FrameCollector(Collector):
                 ("thread", p.wait_thread_pct),
                 ("irq", p.wait_irq_pct),
                 ("other", p.wait_other_pct),
+                ("collective", p.wait_collective_pct),
             ):
                 if pct is not None:
                     wait.add_metric([*labels, reason], pct)

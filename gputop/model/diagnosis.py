@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gputop.model import cause_cpu, cause_gpu, cause_input, cause_trainer
+from gputop.model import cause_cpu, cause_gpu, cause_input, cause_rank, cause_trainer
 from gputop.model.causes import Judgement
 from gputop.model.frame import Cause, Frame, Verdict, VerdictState
 from gputop.model.hostside import host_side
@@ -171,12 +171,34 @@ class Diagnoser:
         pframes = frames if since is None else [f for f in frames if f.t >= since]
         procs = aggregate_processes(pframes)
         proc_seconds = None if since is None else sum(f.interval for f in pframes)
-        out: list[Verdict] = []
+        judged: dict[int, Judgement] = {}
+        jobs: dict[int, Job] = {}
+        secs: dict[int, str] = {}
+        aggs: dict[int, GpuAgg] = {}
         for g in frame.gpus:
             st = self._gpus.setdefault(g.index, _GpuState())
-            agg = aggregate_gpu(frames, g.index)
-            judged = classify(agg, host, job_of(g.index, procs), t, st.state, proc_seconds)
-            shown = st.confirm(judged, t.confirm_ticks, at_once=g.state == "lost")
+            agg = aggs[g.index] = aggregate_gpu(frames, g.index)
+            job = jobs[g.index] = job_of(g.index, procs)
+            judged[g.index] = classify(agg, host, job, t, st.state, proc_seconds)
+            span = agg.seconds if proc_seconds is None else min(agg.seconds, proc_seconds)
+            secs[g.index] = whole(min(span, t.window_s))
+        # Another rank's host: only once every GPU's own judgement is known (causes.py).
+        straggling = {i for i, st in self._gpus.items() if st.last.cause == "straggler"}
+        judged, waits_for = cause_rank.with_stragglers(judged, jobs, t, secs, straggling)
+        # A straggler named is confirmed with the straggler's own verdict: the ranks that
+        # wait for it show it from the tick the straggler's cause shows (they go last).
+        shown_of: dict[int, Judgement] = {}
+        for g in sorted(frame.gpus, key=lambda g: g.index in waits_for):
+            st = self._gpus[g.index]
+            sgpu = waits_for.get(g.index)
+            confirmed = sgpu is not None and shown_of[sgpu].cause == judged[sgpu].cause
+            shown_of[g.index] = st.confirm(
+                judged[g.index], t.confirm_ticks, at_once=g.state == "lost" or confirmed
+            )
+        out: list[Verdict] = []
+        for g in frame.gpus:
+            agg = aggs[g.index]
+            shown = shown_of[g.index]
             eff = None
             if agg.sm_active is not None and agg.util:
                 eff = round(min(1.0, agg.sm_active / agg.util), 3)

@@ -277,6 +277,17 @@ class ProcessSample:
     pod_uid: str | None = None
     pod_name: str | None = None
     pod_namespace: str | None = None
+    wait_collective_pct: float | None = None
+    """Main thread blocked until one of its collective-communication threads woke it (gloo's:
+    inside a collective, waiting for the other ranks), % of the interval; None without the
+    probe."""
+    # A distributed job's rank on this node (trainers only): from its environment (RANK,
+    # LOCAL_RANK, WORLD_SIZE; the job from TORCHELASTIC_RUN_ID, else MASTER_ADDR:MASTER_PORT),
+    # or, where that is not readable, its launcher's process tree (the job only).
+    job_id: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    local_rank: int | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property
@@ -405,8 +416,16 @@ def _plain(obj: Any) -> dict[str, Any]:
     return out
 
 
+# A process that is no distributed job's rank leaves these out (they read back as null):
+# most processes are none, and a snapshot holds every process of every frame.
+_RANK_FIELDS = ("job_id", "rank", "world_size", "local_rank")
+
+
 def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
     d = _plain(p)
+    if p.job_id is None:
+        for name in _RANK_FIELDS:
+            del d[name]
     if threads:
         d["threads"] = [_plain(t) for t in p.threads]
     else:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from gputop.model.frame import CpuLimitSample, Preemptor, ProcessSample, Role, ThreadSample
@@ -44,7 +44,13 @@ from gputop.model.readings import (
     ProcStat,
     TaskSched,
 )
-from gputop.model.roles import assign_roles, process_role_from_comm, thread_role_from_comm
+from gputop.model.roles import (
+    assign_roles,
+    collective_thread,
+    is_launcher,
+    process_role_from_comm,
+    thread_role_from_comm,
+)
 
 # How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
 TRAINER_GRACE_S = 10.0
@@ -61,6 +67,8 @@ class RowChoice:
 
     roles: Mapping[int, tuple[Role, int | None]]
     detail: Mapping[int, bool]
+    launchers: Mapping[int, int] = field(default_factory=dict)
+    """A trainer started by a distributed launcher (torchrun, ...) -> the launcher's pid."""
 
 
 def input_pipeline(processes: Iterable[ProcessSample]) -> Pipeline:
@@ -68,7 +76,8 @@ def input_pipeline(processes: Iterable[ProcessSample]) -> Pipeline:
 
     A DataLoader worker process (by pid), a thread worker or pin-memory thread
     (its row's pid is the thread id) -> its trainer's pid. Watched: trainers and
-    worker processes.
+    worker processes. Collective: each trainer's collective-communication threads
+    (gloo's, by name) -> the trainer's pid.
     """
     procs = list(processes)
     tids_of = {p.pid: {t.tid for t in p.threads} for p in procs if p.role == "trainer"}
@@ -82,7 +91,14 @@ def input_pipeline(processes: Iterable[ProcessSample]) -> Pipeline:
         elif p.role == "trainer":
             watched.add(p.pid)
     tids = {t.tid for p in procs for t in p.threads} | {p.pid for p in procs}
-    return Pipeline(feeds, frozenset(watched), frozenset(tids))
+    collective = {
+        t.tid: p.pid
+        for p in procs
+        if p.role == "trainer"
+        for t in p.threads
+        if t.tid != p.pid and collective_thread(t.comm)
+    }
+    return Pipeline(feeds, frozenset(watched), collective=collective, tids=frozenset(tids))
 
 
 class HostJoin:
@@ -139,7 +155,12 @@ class HostJoin:
         )
         job = {p for p, (role, _) in roles.items() if role != "other"}
         job |= {pid for pid, start in self._thread_trainers if pid in stats}
-        return RowChoice(roles=roles, detail={p: p in job for p in chosen})
+        launchers = {}
+        for pid in job:
+            parent = stats[pid].ppid if pid in stats else 0
+            if parent in stats and is_launcher(cmdline_of(parent, stats[parent].start)):
+                launchers[pid] = parent
+        return RowChoice(roles=roles, detail={p: p in job for p in chosen}, launchers=launchers)
 
     def _index_workers(self, scan: ProcScan) -> None:
         """Keep the set of processes named as DataLoader workers, from what was read."""
@@ -207,6 +228,8 @@ class HostJoin:
                 role, trainer = "trainer", pid
                 thread_trainers.add((pid, st.start))
             proc = _row(st, d, role, trainer, threads, gpu_of.get(pid) or GpuUse(), dt)
+            if role == "trainer":
+                proc = _with_rank(proc, d, choice.launchers.get(pid))
             rows = [proc, *_thread_rows(proc, d, special, role, trainer)]
             if with_probe is not None:
                 rows[0] = self._with_probe(rows[0], with_probe, feeders.get(pid, set()))
@@ -254,6 +277,7 @@ class HostJoin:
                 wait_thread_pct=_pct(m.wait_thread_ns, pdt),
                 wait_irq_pct=_pct(m.wait_irq_ns, pdt),
                 wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
+                wait_collective_pct=_pct(m.wait_collective_ns, pdt),
                 wait_pending_pct=_pct(m.wait_pending_ns, pdt),
                 runq_after_input_pct=_pct(m.runq_after_input_ns, pdt),
                 sched_source="bpf",
@@ -375,6 +399,24 @@ def _row(
         pod_name=ident.pod_name if ident else None,
         pod_namespace=ident.pod_namespace if ident else None,
     )
+
+
+def _with_rank(proc: ProcessSample, d: ProcDetail, launcher: int | None) -> ProcessSample:
+    """A trainer with its distributed job and rank: from its environment where readable,
+    else its job alone from its launcher (the ranks one torchrun started on this node)."""
+    env = d.rank_env
+    if env is not None:
+        job = env.job_id or (f"launcher-{launcher}" if launcher is not None else None)
+        return replace(
+            proc,
+            job_id=job,
+            rank=env.rank,
+            world_size=env.world_size,
+            local_rank=env.local_rank,
+        )
+    if launcher is not None:
+        return replace(proc, job_id=f"launcher-{launcher}")
+    return proc
 
 
 def _limit_fields(limit: CpuLimitReading | None) -> dict[str, Any]:

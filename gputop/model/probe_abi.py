@@ -23,7 +23,12 @@ WAKE_THREAD = 2  # another thread of its own process
 WAKE_IRQ = 3  # interrupt context (timers, device interrupts, IPIs)
 WAKE_OTHER = 4  # another process
 WAKE_SYNC = 5  # blocked inside a CUDA synchronization call: waiting for the GPU, whoever woke it
-WAKE_CLASSES = 6
+WAKE_COLLECTIVE = 6  # a collective-communication thread of its own process (gloo): a collective
+WAKE_CLASSES = 7
+
+# A pipeline value with this bit set names a collective-communication thread of the
+# trainer in its low bits (tgids stay below 2^22), not a feeder of its input.
+PIPE_COLLECTIVE = 0x80000000
 
 HIST_SLOTS = 40  # log2 buckets of off-CPU stretches (ns): 2^39 ns is about 9 minutes
 WAIT_SLOTS = 4  # watched threads that can wait in one CPU's run queue at a time
@@ -62,7 +67,9 @@ CONSTANTS = (
     "WAKE_IRQ",
     "WAKE_OTHER",
     "WAKE_SYNC",
+    "WAKE_COLLECTIVE",
     "WAKE_CLASSES",
+    "PIPE_COLLECTIVE",
     "HIST_SLOTS",
     "WAIT_SLOTS",
     "ACT_RAN",

@@ -71,6 +71,9 @@ class TaskSched:
     wait_thread_ns: int = 0
     wait_irq_ns: int = 0
     wait_other_ns: int = 0
+    # Woken by a collective-communication thread of its own process (gloo's): inside a
+    # collective, waiting for the other ranks.
+    wait_collective_ns: int = 0
     # Blocked and not (yet) known who woke it: still asleep at the read, or its
     # waking was not seen. Time reported here is not reported again when the
     # waker becomes known.
@@ -168,6 +171,31 @@ class ContainerIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class RankEnv:
+    """What a distributed job's launcher put in a rank's environment (torchrun, DeepSpeed).
+
+    ``run_id``: ``TORCHELASTIC_RUN_ID`` (torchrun's rendezvous id, the same on every
+    node); ``master``: ``MASTER_ADDR:MASTER_PORT`` (the same on every node too).
+    """
+
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    run_id: str | None = None
+    master: str | None = None
+
+    @property
+    def job_id(self) -> str | None:
+        """The job this rank belongs to, named the same on every node; None where not told.
+
+        torchrun without a rendezvous id says ``none``: the master's address names it then.
+        """
+        if self.run_id and self.run_id != "none":
+            return self.run_id
+        return self.master
+
+
+@dataclass(frozen=True, slots=True)
 class CpuLimitReading:
     """A job's cgroup CPU limit (CFS bandwidth control) and its throttling over one tick.
 
@@ -214,6 +242,9 @@ class ProcDetail:
     identity: ContainerIdentity | None = None
     # What it had open for reading, read when a training job's process was in D state.
     storage: tuple[OpenStorage, ...] | None = None
+    # Its distributed rank, from /proc/PID/environ (training jobs only; None: not a rank,
+    # or its environment is not readable).
+    rank_env: RankEnv | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +260,9 @@ class Pipeline:
 
     feeds: Mapping[int, int] = field(default_factory=dict)
     watched: frozenset[int] = frozenset()
+    # A distributed rank's collective-communication threads (tid) -> the rank's pid: their
+    # wake-ups of its threads are waiting in a collective, not its own threads' work.
+    collective: Mapping[int, int] = field(default_factory=dict)
     # The threads of the rows shown: the probe reads their rows only (None: every row).
     tids: frozenset[int] | None = None
 

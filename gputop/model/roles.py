@@ -14,6 +14,21 @@ from gputop.model.frame import Role
 DATALOADER_PROCESS_PREFIXES = ("pt_data_worker", "pt_multiprocess")
 DATALOADER_THREAD_PREFIXES = ("pt_thread_data",)
 PIN_MEMORY_PREFIXES = ("pt_data_pin",)
+# A distributed rank's collective-communication threads, whose wake-ups of its main thread
+# end a wait inside a collective (all_reduce, DDP's bucketed all-reduce in backward): gloo's
+# work loops (torch names them pt_gloo_runloop) and its TCP transport loop. NCCL's proxy
+# and watchdog threads are not here: their wake-ups have not been measured on a machine
+# with NCCL (docs/ebpf.md, "Collective wait"); adding their names is the seam.
+COLLECTIVE_THREAD_PREFIXES = ("pt_gloo_runloop", "gloo_tcp_loop")
+# Distributed launchers, by their command line: their children are one job's ranks.
+_LAUNCHER_MARKERS = (
+    "torchrun",
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "deepspeed.launcher",
+    "bin/deepspeed",
+    "accelerate launch",
+)
 
 # Helpers that multiprocessing puts between a trainer and its spawned workers.
 _MP_HELPER_MARKERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker")
@@ -37,6 +52,16 @@ def thread_role_from_comm(comm: str) -> Role | None:
     if comm.startswith(DATALOADER_THREAD_PREFIXES):
         return "dataloader"
     return None
+
+
+def collective_thread(comm: str) -> bool:
+    """Whether a thread of a rank is one of its collective-communication threads (by name)."""
+    return comm.startswith(COLLECTIVE_THREAD_PREFIXES)
+
+
+def is_launcher(cmdline: str) -> bool:
+    """Whether a process is a distributed launcher (torchrun, DeepSpeed, Accelerate)."""
+    return any(m in cmdline for m in _LAUNCHER_MARKERS)
 
 
 def is_mp_helper(cmdline: str) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from gputop.model.probe_abi import (
     WAKE_CLASSES,
+    WAKE_COLLECTIVE,
     WAKE_INPUT,
     WAKE_IRQ,
     WAKE_NONE,
@@ -48,6 +49,7 @@ _WAKE_FIELD_OF = {
     WAKE_IRQ: "wait_irq_ns",
     WAKE_OTHER: "wait_other_ns",
     WAKE_SYNC: "wait_sync_ns",
+    WAKE_COLLECTIVE: "wait_collective_ns",
 }
 _WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
 _SYNC_FIELDS = ("sync_ns", "sync_oncpu_ns", "sync_runq_ns", "runq_after_input_ns")
@@ -83,6 +85,7 @@ class _Cum:
     wait_irq_ns: int = 0
     wait_other_ns: int = 0
     wait_sync_ns: int = 0
+    wait_collective_ns: int = 0
     # Threads only: CUDA synchronization and the run-queue wait after an input wake-up.
     sync_ns: int = 0
     sync_oncpu_ns: int = 0
@@ -180,7 +183,9 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
             elif cls == WAKE_NONE and wake_ts == 0:
                 pending = _Pending(out_ts, blocked)
             else:
-                wait[min(cls, WAKE_OTHER)] += blocked
+                # A class the program never sets outside a sync (WAKE_SYNC) or unknown: other.
+                known = cls < WAKE_CLASSES and cls != WAKE_SYNC
+                wait[cls if known else WAKE_OTHER] += blocked
                 if cls == WAKE_INPUT:
                     cur.runq_after_input_ns += runq
     elif in_ts and now > in_ts:
@@ -309,6 +314,7 @@ class SchedIntervals:
                 wait_thread_ns=d.wait_thread_ns,
                 wait_irq_ns=d.wait_irq_ns,
                 wait_other_ns=d.wait_other_ns,
+                wait_collective_ns=d.wait_collective_ns,
                 wait_pending_ns=_new_pending(self._pending.get(tid), pending, d.wait_unknown_ns),
                 sync_ns=d.sync_ns,
                 sync_oncpu_ns=d.sync_oncpu_ns,

@@ -70,6 +70,10 @@ class Thresholds:
     limit_used_pct: float = 90.0
     """Before the cgroup's counters are read (or where it has none): the job using this much of
     its cgroup CPU limit runs into it."""
+    collective_wait_pct: float = 15.0
+    """A rank blocked in its collectives (woken by its collective-communication threads,
+    measured) this % of the time waits for another rank: where another rank of its job on
+    this node is held back by its host, that rank is the straggler (``straggler``)."""
     cpu_saturated_pct: float = 90.0
     """Host CPU use at or above this is called saturated in the evidence."""
     throttle_share_pct: float = 50.0
@@ -144,6 +148,7 @@ _PCT_FIELDS = frozenset(
         "trainer_work_pct",
         "limit_throttled_pct",
         "limit_used_pct",
+        "collective_wait_pct",
     }
 )
 

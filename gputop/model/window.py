@@ -194,6 +194,11 @@ class ProcAgg:
     (most first); None: never read in the window (not in D state at any tick's scan)."""
     gputop: bool = False
     """It is gputop itself."""
+    wait_collective_pct: float | None = None
+    """Blocked until its collective-communication threads woke it: waiting for other ranks."""
+    job_id: str | None = None
+    rank: int | None = None
+    world_size: int | None = None
 
     @property
     def measured(self) -> bool:
@@ -380,5 +385,9 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             limit=_limit_agg(ps_all),
             storage=_storage_seen(ps_all),
             gputop=is_gputop(last.comm, last.cmdline),
+            wait_collective_pct=mean(p.wait_collective_pct for p in ps),
+            job_id=last.job_id,
+            rank=last.rank,
+            world_size=last.world_size,
         )
     return out

@@ -43,6 +43,8 @@ def trainer_line(p: ProcAgg, secs: str, builds_own: bool = False) -> str:
             f"waited for batches {pct(p.data_wait_pct)} and for a CPU {pct(p.cpu_wait_pct)}",
             f"worked on a CPU {pct(p.work_pct)}",
         ]
+        if p.wait_collective_pct:
+            parts.append(f"waited in collectives for other ranks {pct(p.wait_collective_pct)}")
         if p.wait_thread_pct:
             parts.append(f"woken by its own threads {pct(p.wait_thread_pct)}")
         return ", ".join(parts)
@@ -95,6 +97,10 @@ def _oncpu(p: ProcAgg) -> float | None:
 
 def _other_wakers(p: ProcAgg) -> list[str]:
     parts = []
+    if p.wait_collective_pct:
+        parts.append(
+            f"by its collective threads (waiting for other ranks) {pct(p.wait_collective_pct)}"
+        )
     if p.wait_thread_pct:
         parts.append(f"by its own threads {pct(p.wait_thread_pct)}")
     if p.wait_other_pct:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import suppress
 from typing import Any
 
-from gputop.model.probe_abi import ACT_EXEC, ERR_ACTIVITY_FULL, ERROR_NAMES
+from gputop.model.probe_abi import ACT_EXEC, ERR_ACTIVITY_FULL, ERROR_NAMES, PIPE_COLLECTIVE
 from gputop.model.readings import Pipeline, ProbeRows
 from gputop.sources.bpf_syscall import BpfMap
 from gputop.sources.cuda_probe import CudaProbes
@@ -65,6 +65,9 @@ class ProbeMaps:
     def want(self, pipeline: Pipeline) -> None:
         """What to watch and read from the next read on."""
         self._want_feeds = dict(pipeline.feeds)
+        # Marked so the program tells a collective thread's wake-up from its input's.
+        for tid, rank in pipeline.collective.items():
+            self._want_feeds.setdefault(tid, rank | PIPE_COLLECTIVE)
         self._want_watched = set(pipeline.watched)
         self._want_tids = pipeline.tids
 

@@ -19,12 +19,67 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from gputop.model.frame import HostSample, SourceStatus, ThreadSample
-from gputop.model.readings import ProcDetail, ProcScan, ProcStat
+from gputop.model.readings import ProcDetail, ProcScan, ProcStat, RankEnv
 from gputop.sources.cpulimits import CpuLimitReader, cpus_allowed
 from gputop.sources.storage import StorageReader
 
 _PF_KTHREAD = 0x00200000
 _CMDLINE_MAX = 4096
+
+
+def _read_all(path: str, limit: int = 1 << 20) -> bytes | None:
+    """A file of any size up to ``limit`` bytes (an environment can pass 64 KiB), or None."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return None
+
+
+# What launchers (torchrun, torch.distributed.launch, DeepSpeed, Accelerate, mpirun with
+# these set by the script's wrapper) put in each rank's environment.
+_RANK_VARS = (
+    b"RANK",
+    b"LOCAL_RANK",
+    b"WORLD_SIZE",
+    b"TORCHELASTIC_RUN_ID",
+    b"MASTER_ADDR",
+    b"MASTER_PORT",
+)
+
+
+def parse_rank_env(raw: bytes | None) -> RankEnv | None:
+    """A rank's job variables from ``/proc/PID/environ``; None: not a rank, or not readable.
+
+    The environment is the one the process started with (a later ``os.environ`` change in
+    the process is not seen), which is where launchers put these.
+    """
+    if not raw:
+        return None
+    env: dict[bytes, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name in _RANK_VARS:
+            env[name] = value.decode("utf-8", "replace")
+    rank = _int_or_none(env.get(b"RANK"))
+    world = _int_or_none(env.get(b"WORLD_SIZE"))
+    if rank is None or world is None:
+        return None
+    addr, port = env.get(b"MASTER_ADDR"), env.get(b"MASTER_PORT")
+    return RankEnv(
+        rank=rank,
+        local_rank=_int_or_none(env.get(b"LOCAL_RANK")),
+        world_size=world,
+        run_id=env.get(b"TORCHELASTIC_RUN_ID") or None,
+        master=f"{addr}:{port}" if addr and port else None,
+    )
+
+
+def _int_or_none(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
 
 
 def _read(path: str) -> bytes | None:
@@ -141,6 +196,9 @@ class _ProcPrev:
     vcsw_total: int = 0
     detailed: bool = False
     user: str | None = None
+    # Its distributed rank from its environment, read once (again after an exec).
+    env_read: bool = False
+    rank_env: RankEnv | None = None
 
 
 class ProcSource:
@@ -270,6 +328,8 @@ class ProcSource:
         for pid in execd:
             for key in [k for k in self._cmdlines if k[0] == pid]:
                 del self._cmdlines[key]
+            for key in [k for k in self._prev if k[0] == pid]:
+                self._prev[key].env_read = False
         if active is None or not self._stats:
             self._full_scan(dt)
             read = None
@@ -399,6 +459,9 @@ class ProcSource:
         if prev.user is None:
             prev.user = self._user(st.pid)
         limit = self._limits.limit(st.pid) if limits else None
+        if limits and not prev.env_read:
+            prev.rank_env = parse_rank_env(_read_all(f"{self.root}/{st.pid}/environ"))
+            prev.env_read = True
         return ProcDetail(
             cmdline=self.cmdline(st.pid, st.start) or f"[{st.comm}]",
             user=prev.user,
@@ -414,6 +477,7 @@ class ProcSource:
             cpu_limit=limit,
             # Waiting on storage now: what it reads from (the fds of a job process in D).
             storage=self._storage.read(st.pid) if limits and st.state == "D" else None,
+            rank_env=prev.rank_env if limits else None,
         )
 
     def _read_threads(self, pid: int, prev: _ProcPrev, dt: float | None) -> _ThreadPass:

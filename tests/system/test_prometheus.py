@@ -77,6 +77,7 @@ def test_every_alert_is_unit_tested_to_fire_and_to_hold_off() -> None:
         "GpuLost",
         "GputopStale",
         "GputopDown",
+        "GputopStragglingRank",
     }
     for alert in _alerts():
         assert alert in fires, f"{alert}: no test where it fires"

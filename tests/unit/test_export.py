@@ -150,3 +150,30 @@ def test_io_wait_and_io_pressure_are_exported_where_known() -> None:
     assert one(f, "gputop_host_psi_io_some_percent") == 31.5
     # Not measured, no series (not a zero).
     assert "100" not in {s.labels["pid"] for s in f["gputop_process_io_wait_percent"]}
+
+
+def test_a_ranks_collective_and_host_wait_are_exported_with_its_job_and_rank() -> None:
+    from dataclasses import replace
+
+    trainer, *rest = FRAME.processes
+    rank = replace(
+        trainer,
+        job_id="run-7",
+        rank=3,
+        world_size=8,
+        local_rank=1,
+        wait_collective_pct=41.5,
+        wait_input_pct=2.0,
+        runq_pct=5.0,
+        gpu_sync_runq_pct=1.0,
+    )
+    f = scrape_collector(replace(FRAME, processes=(rank, *rest)))
+    labels = {"pid": "100", "job_id": "run-7", "rank": "3"}
+    assert one(f, "gputop_rank_collective_wait_percent", **labels) == 41.5
+    assert one(f, "gputop_rank_host_wait_percent", **labels) == 6.0
+    assert one(f, "gputop_rank_info", world_size="8", local_rank="1", **labels) == 1.0
+    assert one(f, "gputop_process_wait_percent", pid="100", reason="collective") == 41.5
+    # A process that is no rank has no rank series.
+    assert [s.labels["pid"] for s in f["gputop_rank_info"]] == ["100"]
+    plain = scrape_collector(FRAME)
+    assert not plain.get("gputop_rank_info")

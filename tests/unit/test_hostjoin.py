@@ -310,3 +310,29 @@ def test_io_wait_is_the_main_threads_uninterruptible_sleep_and_null_without_the_
     assert rows[TRAINER].io_wait_pct == 0.0, "measured, never in D"
     _, got = tick(HostJoin(), job(), None)
     assert {p.io_wait_pct for p in got.processes} == {None}
+
+
+def test_a_ranks_environment_names_its_job_and_its_launcher_names_it_where_unreadable() -> None:
+    from dataclasses import replace
+
+    from gputop.model.readings import RankEnv
+
+    launcher, r0, r1, w0 = 50, 100, 110, 101
+    s = scan(
+        stat(launcher, comm="torchrun"),
+        stat(r0, ppid=launcher, cpu=80.0),
+        stat(r1, ppid=launcher, cpu=80.0),
+        stat(w0, ppid=r0, comm="pt_data_worker", cpu=30.0),
+    )
+    j = HostJoin()
+    cmdlines = {launcher: "/venv/bin/python /venv/bin/torchrun --nproc_per_node=2 train.py"}
+    choice = j.choose(s, 1.0, (r0, r1), lambda pid, start: cmdlines.get(pid, "python train.py"))
+    assert choice.launchers == {r0: launcher, r1: launcher}
+    env = RankEnv(rank=0, local_rank=0, world_size=2, run_id="none", master="10.0.0.1:29500")
+    details = {pid: detail(thread(pid)) for pid in choice.detail}
+    details[r0] = replace(details[r0], rank_env=env)  # r1's environment was not readable
+    details[w0] = replace(details[w0], rank_env=env)  # a worker inherits its rank's
+    rows = {p.pid: p for p in j.join(s, choice, details, {}, None).processes}
+    assert (rows[r0].job_id, rows[r0].rank, rows[r0].world_size) == ("10.0.0.1:29500", 0, 2)
+    assert (rows[r1].job_id, rows[r1].rank) == (f"launcher-{launcher}", None)
+    assert rows[w0].job_id is None and rows[w0].rank is None

@@ -11,6 +11,7 @@ from dataclasses import replace
 from gputop.model.probe_abi import (
     HIST_SLOTS,
     WAKE_CLASSES,
+    WAKE_COLLECTIVE,
     WAKE_INPUT,
     WAKE_IRQ,
     WAKE_NONE,
@@ -281,6 +282,25 @@ def test_the_run_queue_after_an_input_wakeup_is_kept_apart() -> None:
     d = acc.update(rows(2000, {10: t})).per_tid[10]
     assert d.wait_input_ns == 300 * MS and d.runq_ns == 500 * MS
     assert d.runq_after_input_ns == 500 * MS
+
+
+def test_a_wait_ended_by_a_collective_thread_is_its_own_class_ended_or_in_progress() -> None:
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nvcsw=1)}))
+    # 200 ms in a collective that ended; then blocked from 1600, woken by gloo at 1900.
+    t = thread(
+        10,
+        nvcsw=3,
+        blocked_ns=200 * MS,
+        wait_ns={WAKE_COLLECTIVE: 200 * MS},
+        out_ts=1600 * MS,
+        wake_ts=1900 * MS,
+        wake_class=WAKE_COLLECTIVE,
+    )
+    d = acc.update(rows(2000, {10: t})).per_tid[10]
+    assert d.wait_collective_ns == 500 * MS
+    assert d.wait_thread_ns == d.wait_other_ns == d.wait_input_ns == 0
+    assert d.runq_after_input_ns == 0 and d.runq_ns == 100 * MS
 
 
 def test_take_gives_no_interval_for_rows_that_only_set_the_baselines() -> None:
