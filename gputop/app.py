@@ -27,10 +27,13 @@ from typing import Any, ClassVar, Protocol
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.reactive import reactive
 from textual.widgets import Input
 
 from gputop.config import Config
+from gputop.driver import QuietLinuxDriver, stop_input_threads
 from gputop.errors import UsageError
 from gputop.messages import (
     FilterCancelled,
@@ -264,6 +267,13 @@ class GputopApp(App[int]):
             if self.config.theme not in self.available_themes:
                 raise UsageError(f"unknown theme {self.config.theme!r}")
             self.theme = self.config.theme
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's Linux driver with an input thread that sleeps (gputop/driver.py)."""
+        chosen = super().get_driver_class()
+        if chosen is LinuxDriver:
+            return QuietLinuxDriver
+        return chosen
 
     @classmethod
     def _bindings_list(cls) -> list[Binding]:
@@ -647,7 +657,11 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
             stopper=stopper,
             diagnosis_window_s=opts.thresholds.window_s,
         )
-        result = app.run()
+        try:
+            result = app.run()
+        finally:
+            # A hung-up terminal may leave an input thread behind; it must not keep us alive.
+            stop_input_threads()
     if stopper.status is not None:
         return stopper.status
     return 0 if result is None else int(result)

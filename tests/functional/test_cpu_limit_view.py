@@ -74,7 +74,7 @@ async def test_an_inferred_share_ends_in_a_tilde_in_the_table_and_the_bar() -> N
         rows = _rows(table)
         trainer = next(r for r in rows[1:] if r.split()[0] == str(STARVING_TRAINER_PID))
         assert _cell(rows[0], trainer, "THR%") == f"{TRAINER_THROTTLED_PCT}~"
-        bar = str(app.query_one(TrainerWaitBars).render()).splitlines()[0]
+        bar = app.query_one(TrainerWaitBars).text.splitlines()[0]
         assert f"throttled~ {TRAINER_THROTTLED_PCT:.0f}" in bar, bar
 
 
@@ -85,7 +85,7 @@ async def test_without_a_limit_there_is_no_thr_column() -> None:
         table = app.query_one(ProcessTable)
         assert "THR%" not in _line(table, 0)
         assert "throttled" not in table.shown_columns
-        assert "throttled" not in str(app.query_one(TrainerWaitBars).render())
+        assert "throttled" not in app.query_one(TrainerWaitBars).text
 
 
 async def test_sorting_by_thr_from_f6_puts_the_most_throttled_first() -> None:

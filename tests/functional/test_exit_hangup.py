@@ -72,3 +72,64 @@ def test_sigcont_after_the_terminal_is_released_does_not_keep_gputop_alive() -> 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _pane_pid(session: str) -> int | None:
+    r = subprocess.run(
+        ["tmux", "-L", session, "list-panes", "-t", session, "-F", "#{pane_pid}"],
+        capture_output=True,
+        text=True,
+    )
+    return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def _drawn(session: str) -> bool:
+    r = subprocess.run(
+        ["tmux", "-L", session, "capture-pane", "-p", "-t", session],
+        capture_output=True,
+        text=True,
+    )
+    return FIRST_FRAME.decode() in r.stdout
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def test_tmux_killing_its_session_ends_gputop_every_time() -> None:
+    # tmux sends SIGHUP and SIGCONT and closes the terminal: the input thread must end
+    # with it, or it keeps the process alive in threading._shutdown.
+    cmd = f"PYTHONPATH={ROOT} exec {sys.executable} -m gputop --no-bpf --interval 0.25"
+    for attempt in range(5):
+        session = f"gputop-hangup-{os.getpid()}-{attempt}"
+        subprocess.run(
+            ["tmux", "-L", session, "new-session", "-d", "-s", session, "-x", "120", "-y", "40"],
+            check=True,
+            cwd=ROOT,
+        )
+        pid = None
+        try:
+            subprocess.run(
+                ["tmux", "-L", session, "send-keys", "-t", session, cmd, "Enter"], check=True
+            )
+            deadline = time.monotonic() + 60
+            while not _drawn(session):
+                assert time.monotonic() < deadline, f"attempt {attempt}: no first frame"
+                time.sleep(0.1)
+            shell = _pane_pid(session)
+            assert shell is not None
+            # The shell exec'd gputop: the pane's process is gputop.
+            pid = shell
+            subprocess.run(["tmux", "-L", session, "kill-session", "-t", session], check=True)
+            deadline = time.monotonic() + 20
+            while not _gone(pid):
+                assert time.monotonic() < deadline, f"attempt {attempt}: gputop outlived tmux"
+                time.sleep(0.1)
+        finally:
+            subprocess.run(["tmux", "-L", session, "kill-server"], capture_output=True)
+            if pid is not None and not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

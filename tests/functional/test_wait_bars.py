@@ -18,7 +18,7 @@ async def _bar_text(frames: list[Frame], size: tuple[int, int]) -> str:
         await pilot.pause()
         bars = app.query_one(TrainerWaitBars)
         assert bars.display and bars.region.height >= 1
-        return str(bars.render())
+        return bars.text
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
