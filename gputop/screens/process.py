@@ -15,10 +15,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
-from gputop.messages import KillRequested, StackDumped
+from gputop.messages import KillRequested, ProcessClosed, StackDumped
 from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
-from gputop.model.waits import SPLIT_FIELDS, split_of, wait_split
 from gputop.procctl import pyspy_dump
 
 CHARTS = (
@@ -96,7 +95,7 @@ def limit_line(p: ProcessSample) -> str | None:
 
 def wait_key(p: ProcessSample) -> Text:
     """The last interval's split, each part in its chart colour (the chart's key)."""
-    split = wait_split(p)
+    split = ScreenView.wait_split(p)
     if split is None:
         return Text("time split: not sampled yet")
     t = Text("last interval: ")
@@ -113,7 +112,7 @@ def wait_key(p: ProcessSample) -> Text:
 
 def wait_lines(p: ProcessSample) -> list[str]:
     """The main thread's time split in the last interval, and who preempted it."""
-    split = wait_split(p)
+    split = ScreenView.wait_split(p)
     if split is None:
         return ["time split: not sampled yet"]
     parts = ", ".join(
@@ -198,13 +197,13 @@ class ProcessScreen(Screen[None]):
             ("VCSW/s", 6),
         ):
             table.add_column(label, width=width, key=label)
-        # Pinned: if the process exits, its charts stay until this screen is closed.
-        self.history.pin(self.key)
         self.show(self.view)
         self.action_stack()
 
     def on_unmount(self) -> None:
-        self.history.unpin(self.key)
+        # The app pinned the process when it opened this screen (its charts stay while it is
+        # open, even after the process exits); closed, the app unpins it.
+        self.app.post_message(ProcessClosed(self.key))
 
     @property
     def process(self) -> ProcessSample | None:
@@ -272,16 +271,9 @@ class ProcessScreen(Screen[None]):
         Five lines with a legend would not fit a 5-row chart: the areas carry the
         colours of the "last interval" key in the side panel instead.
         """
-        columns = [self.history.proc_series(self.key, m) for m in SPLIT_FIELDS]
-        ticks = self.history.ticks
-        xs: list[float] = []
-        splits = []
-        points = zip(islice(ticks, len(ticks) - len(columns[0]), None), *columns, strict=True)
-        for tk, *values in points:
-            split = split_of(*values)
-            if split is not None:
-                xs.append(tk.t - now)
-                splits.append(split)
+        series = self.view.split_series(self.key)
+        xs = [t - now for t, _ in series]
+        splits = [split for _, split in series]
         plot = self.query_one("#plot-split", PlotextPlot)
         plt = plot.plt
         plt.clear_data()

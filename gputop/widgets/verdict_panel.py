@@ -20,7 +20,10 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputop.model.frame import Cause, Verdict, VerdictState
-from gputop.model.view import SEVERITY, ScreenView, worst
+
+# SEVERITY: the ranks the view orders the verdicts by (every state has one and a title).
+from gputop.model.view import SEVERITY as SEVERITY
+from gputop.model.view import ScreenView
 from gputop.widgets.lines import LineCache
 
 TITLES: dict[VerdictState, str] = {
@@ -135,6 +138,7 @@ class VerdictPanel(Widget):
         super().__init__(id=id)
         self._state = "none"
         self._verdicts: tuple[Verdict, ...] = ()
+        self._top: list[Verdict] = []
         self._has_gpus = True
         self._strip: tuple[str, ...] = ()
         # The lines under the title, kept while the verdicts and the width stay the same.
@@ -189,14 +193,15 @@ class VerdictPanel(Widget):
         frame = view.frame
         if frame is None:
             return
-        top = worst(frame.verdicts)
+        top = view.top
         has_gpus = bool(frame.gpus)
         state = top[0].state if top else ("none" if has_gpus else "no_gpu")
         if state != self._state:
             self.remove_class(f"-{self._state}")
             self.add_class(f"-{state}")
             self._state = state
-        self._verdicts = tuple(frame.verdicts)
+        self._verdicts = view.verdicts
+        self._top = top
         self._has_gpus = has_gpus
         self._strip = view.verdict_strip
         self._run_s = view.verdict_run_s
@@ -251,8 +256,8 @@ class VerdictPanel(Widget):
         self._shown = shown
 
     def _ordered(self) -> list[Verdict]:
-        rank = {s: i for i, s in enumerate(SEVERITY)}
-        return sorted(self._verdicts, key=lambda v: (rank.get(v.state, len(SEVERITY)), v.gpu))
+        # Most urgent first, as the view ranked them.
+        return list(self._verdicts)
 
     def _build(self, width: int) -> list[PanelLine]:
         if self._state == "no_gpu":
@@ -260,7 +265,7 @@ class VerdictPanel(Widget):
         if self._state == "none":
             return [[("no verdict yet — diagnosis needs a few frames", "")]]
         ordered = self._ordered()
-        top = worst(ordered)
+        top = self._top
         v = top[0]
         title: PanelLine = []
         mark = "✓" if v.state in CALM else "▲"

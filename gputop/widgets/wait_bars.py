@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from gputop.model.frame import ProcessSample
-from gputop.model.view import ScreenView
-from gputop.model.waits import WaitSplit, wait_split
+from gputop.model.view import ScreenView, WaitSplit
 from gputop.widgets.lines import Line, LineWidget, fit_runs
 
 # One glyph per segment as well as one colour, so the bar reads without colour (NO_COLOR).
@@ -137,14 +136,7 @@ class TrainerWaitBars(LineWidget):
         frame = view.frame
         if frame is None:
             return
-        trainers = sorted(
-            (p for p in frame.processes if p.role == "trainer"), key=lambda p: (not p.gpus, p.pid)
-        )
-        rows = []
-        for p in trainers:
-            split = wait_split(p)
-            if split is not None:
-                rows.append((p, split))
+        rows = list(view.trainer_waits)
         self._rows = rows
         self.display = bool(rows)
         # Only a new number of lines changes the widget's size (a layout pass); new

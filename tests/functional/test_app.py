@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 from textual.pilot import Pilot
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
 from gputop.config import parse_config
+from gputop.feeds import ReplayFeed
 from gputop.messages import KillRequested, ProcessSignalled, TableView, ViewChanged
 from gputop.model.frame import Frame, ProcessSample
 from gputop.screens.help import HelpScreen

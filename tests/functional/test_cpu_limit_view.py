@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen

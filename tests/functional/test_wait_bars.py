@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.model.waits import wait_split
 from gputop.screens.process import ProcessScreen
