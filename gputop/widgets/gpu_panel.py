@@ -91,9 +91,6 @@ class GpuPanel(LineWidget):
         return self.content_size.width
 
     def build(self, width: int) -> list[Line]:
-        return self._build(width)
-
-    def _build(self, width: int) -> list[Line]:
         view = self._view
         frame = None if view is None else view.frame
         gpu = None
