@@ -20,7 +20,9 @@ from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 from textual.geometry import Region
+from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -211,10 +213,29 @@ class LineWidget(Widget):
         super().notify_style_update()
 
     def render_line(self, y: int) -> Strip:
+        if self.SELECTABLE and self.text_selection is not None:
+            # While text is selected, Textual's own text path draws the selection.
+            return super().render_line(y)
         width = self.content_size.width
         if y >= len(self._lines):
             return Strip.blank(width, self.cache.memo.base)
         return self.cache.strip(self._lines[y], width, row=y if self.SELECTABLE else None)
+
+    def render(self) -> Text:
+        """The lines as one Text: only Textual's selection drawing and copying use it."""
+        text = Text(no_wrap=True, end="")
+        memo = self.cache.memo
+        for y, line in enumerate(self._lines):
+            if y:
+                text.append("\n")
+            for run, name in line:
+                text.append(run, style=memo.style(name) if name else None)
+        return text
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        if not self.SELECTABLE:
+            return None
+        return selection.extract("\n".join(self.lines)), "\n"
 
 
 def first_line(runs: Sequence[Run], width: int) -> Sequence[Run]:

@@ -19,6 +19,7 @@ import pytest
 from textual.widget import Widget
 
 from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.widgets.gpu_area import GpuList
 from gputop.widgets.gpu_panel import GpuPanel
@@ -27,7 +28,7 @@ from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
 from gputop.widgets.verdict_panel import VerdictPanel
 from gputop.widgets.wait_bars import TrainerWaitBars
-from tests.frames_fixture import PushFeed, make_frame
+from tests.frames_fixture import PushFeed, make_frame, make_frames
 
 PANELS: tuple[type[Widget], ...] = (
     HostHeader,
@@ -121,3 +122,19 @@ async def test_a_tick_that_changes_one_value_renders_only_the_line_that_shows_it
         for kind in (HostHeader, TrainerWaitBars, StatusLine):
             for widget in app.query(kind):
                 assert f"{kind.__name__}#{id(widget)}" not in still_repaints
+
+
+async def test_the_status_line_and_time_bars_still_select_with_the_mouse() -> None:
+    # Drawn from the line cache, they keep their cells' offsets and their text to copy.
+    app = GputopApp(ReplayFeed(make_frames(20)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        for kind, expect in ((StatusLine, "gpu:demo"), (TrainerWaitBars, "python3")):
+            await pilot.mouse_down(kind, offset=(1, 0))
+            await pilot.hover(kind, offset=(40, 0))
+            await pilot.mouse_up(kind, offset=(40, 0))
+            await pilot.pause()
+            selected = app.screen.get_selected_text() or ""
+            assert expect in selected, (kind.__name__, selected)
+            app.screen.clear_selection()
+            await pilot.pause()
