@@ -14,28 +14,30 @@ thread worker through a Textual-free module and comes back as a typed message.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
-import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.driver import Driver
+from textual.drivers.linux_driver import LinuxDriver
 from textual.reactive import reactive
 from textual.widgets import Input
 
 from gputop.config import Config
+from gputop.driver import QuietLinuxDriver
 from gputop.errors import UsageError
+from gputop.feeds import Feed
 from gputop.messages import (
     FilterCancelled,
     FrameArrived,
     KillRequested,
+    ProcessClosed,
     ProcessOpened,
     ProcessSignalled,
     SnapshotFailed,
@@ -47,7 +49,6 @@ from gputop.model.framestore import FrameStore
 from gputop.model.history import DEPARTED_KEEP_S, History
 from gputop.model.view import ScreenView, screen_view
 from gputop.procctl import signal_process
-from gputop.runtime import Options
 from gputop.screens.help import HelpScreen
 from gputop.screens.kill import KillScreen
 from gputop.screens.process import ProcessScreen
@@ -85,82 +86,6 @@ MAIN_SCREEN_ACTIONS = frozenset(
         "kill",
     }
 )
-
-
-class Feed(Protocol):
-    """Where frames come from. The app only starts, stops and asks for statuses."""
-
-    live: bool
-
-    def start(self, app: GputopApp) -> None: ...
-
-    def stop(self) -> None: ...
-
-    def statuses(self) -> list[SourceStatus]: ...
-
-    @property
-    def error(self) -> BaseException | None:
-        """Why the feed stopped delivering frames, if it did."""
-        ...
-
-
-class FrameSampler(Protocol):
-    """What SamplerFeed needs of a sampler (gputop.sampler.Sampler is one)."""
-
-    error: BaseException | None
-
-    def start(self, on_frame: Callable[[Frame], None]) -> None: ...
-
-    def close(self) -> None: ...
-
-    def statuses(self) -> Sequence[SourceStatus]: ...
-
-
-class SamplerFeed:
-    """Live or demo data: the sampler's thread offers every frame to the app."""
-
-    live = True
-
-    def __init__(self, sampler: FrameSampler) -> None:
-        self.sampler = sampler
-
-    def start(self, app: GputopApp) -> None:
-        self.sampler.start(app.offer_frame)
-
-    def stop(self) -> None:
-        self.sampler.close()
-
-    def statuses(self) -> list[SourceStatus]:
-        return list(self.sampler.statuses())
-
-    @property
-    def error(self) -> BaseException | None:
-        """Why the sampler thread stopped, if it did."""
-        return self.sampler.error
-
-
-class ReplayFeed:
-    """A recorded list of frames (a snapshot bundle or test fixture) on a timeline."""
-
-    live = False
-
-    def __init__(self, frames: list[Frame], meta: dict[str, Any] | None = None) -> None:
-        self.frames = frames
-        self.meta = meta or {}
-
-    def start(self, app: GputopApp) -> None:
-        app.load_timeline(self.frames)
-
-    def stop(self) -> None:
-        return None
-
-    def statuses(self) -> list[SourceStatus]:
-        return []
-
-    @property
-    def error(self) -> BaseException | None:
-        """A recorded timeline never fails after loading."""
-        return None
 
 
 class GputopApp(App[int]):
@@ -264,6 +189,13 @@ class GputopApp(App[int]):
             if self.config.theme not in self.available_themes:
                 raise UsageError(f"unknown theme {self.config.theme!r}")
             self.theme = self.config.theme
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's Linux driver with an input thread that sleeps (gputop/driver.py)."""
+        chosen = super().get_driver_class()
+        if chosen is LinuxDriver:
+            return QuietLinuxDriver
+        return chosen
 
     @classmethod
     def _bindings_list(cls) -> list[Binding]:
@@ -543,7 +475,13 @@ class GputopApp(App[int]):
 
     @on(ProcessOpened)
     def _open_process(self, event: ProcessOpened) -> None:
+        # Pinned while its drill-down is open: if the process exits, its charts stay.
+        self.history.pin(event.process.key)
         self.push_screen(ProcessScreen(event.process.key, self.view, self.feed.live))
+
+    @on(ProcessClosed)
+    def _process_closed(self, event: ProcessClosed) -> None:
+        self.history.unpin(event.key)
 
     def action_kill(self) -> None:
         p = self.table.selected
@@ -602,52 +540,3 @@ class GputopApp(App[int]):
     @on(SnapshotFailed)
     def _snapshot_failed(self, event: SnapshotFailed) -> None:
         self.notify(f"snapshot failed: {event.reason}", severity="error", markup=False)
-
-
-def _replay_feed(path: str) -> ReplayFeed:
-    from gputop.snapshot import load_bundle
-
-    bundle = load_bundle(path)
-    if not bundle.frames:
-        raise UsageError(f"{path}: the bundle holds no frames")
-    return ReplayFeed(list(bundle.frames), dict(bundle.meta))
-
-
-def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
-    """The default command: the live TUI, a demo, or a replay of a snapshot bundle.
-
-    Exit status: 0 after q, F10 or Ctrl-C; 128 + N after signal N (SIGINT 130,
-    SIGTERM 143, SIGHUP 129) at any moment, start-up included.
-    """
-    feed: Feed
-    if getattr(args, "replay", None):
-        feed = _replay_feed(args.replay)
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UsageError(
-            "the TUI needs a terminal; without one use `gputop record` (JSON frames) "
-            "or `gputop export` (Prometheus)"
-        )
-    if not getattr(args, "replay", None):
-        from gputop.runtime import build_sampler
-
-        feed = SamplerFeed(build_sampler(opts))
-    app: GputopApp | None = None
-
-    def stop(status: int) -> None:
-        if app is not None:
-            app.exit(return_code=status)
-
-    with LoopStopper(stop) as stopper:
-        app = GputopApp(
-            feed,
-            interval_s=opts.interval_s,
-            readonly=bool(getattr(args, "readonly", False)),
-            redact=not getattr(args, "no_redact", False),
-            config=config,
-            stopper=stopper,
-            diagnosis_window_s=opts.thresholds.window_s,
-        )
-        result = app.run()
-    if stopper.status is not None:
-        return stopper.status
-    return 0 if result is None else int(result)

@@ -242,7 +242,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return export_command(args, opts)
     with signals.deferred():
-        from gputop.app import run_app
+        from gputop.tui import run_app
 
     return run_app(args, opts, config)
 

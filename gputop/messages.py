@@ -50,6 +50,13 @@ class ProcessOpened(Message):
     process: ProcessSample
 
 
+@dataclass
+class ProcessClosed(Message):
+    """ProcessScreen → app: the drill-down of this process is closed; unpin it."""
+
+    key: tuple[int, int]
+
+
 class FilterCancelled(Message):
     """FilterInput → app: Esc in the filter box; clear the filter."""
 

@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from gputop.app import GputopApp, ReplayFeed  # noqa: E402
+from gputop.app import GputopApp  # noqa: E402
+from gputop.feeds import ReplayFeed  # noqa: E402
 from gputop.model.frame import Frame  # noqa: E402
 from gputop.widgets.process_table import row_key  # noqa: E402
 

@@ -404,15 +404,35 @@ class Frame:
             raise ValueError(f"malformed frame: {exc}") from None
 
 
-def _plain(obj: Any) -> dict[str, Any]:
+_SCALARS = frozenset({float, int, str, bool, type(None)})
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
+def _plain(obj: Any, skip: str = "") -> dict[str, Any]:
+    # Once per frame and process while the TUI runs (the window's store encodes every
+    # frame): field names are looked up once per class, and ``skip`` is never converted.
     out: dict[str, Any] = {}
-    for f in fields(obj):
-        v = getattr(obj, f.name)
+    for name in _field_names(type(obj)):
+        if name == skip:
+            continue
+        v = getattr(obj, name)
+        if type(v) in _SCALARS:
+            out[name] = v
+            continue
         if isinstance(v, tuple):
-            v = [_plain(x) if dataclasses.is_dataclass(x) else x for x in v]
-        elif dataclasses.is_dataclass(v):
+            v = [_plain(x) if hasattr(type(x), "__dataclass_fields__") else x for x in v]
+        elif hasattr(type(v), "__dataclass_fields__"):
             v = _plain(v)
-        out[f.name] = v
+        out[name] = v
     return out
 
 
@@ -422,14 +442,12 @@ _RANK_FIELDS = ("job_id", "rank", "world_size", "local_rank")
 
 
 def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
-    d = _plain(p)
+    d = _plain(p, skip="threads")
     if p.job_id is None:
         for name in _RANK_FIELDS:
             del d[name]
     if threads:
         d["threads"] = [_plain(t) for t in p.threads]
-    else:
-        del d["threads"]
     return d
 
 

@@ -15,6 +15,19 @@ from itertools import islice
 
 from gputop.model.frame import Frame, ProcessSample, Verdict, VerdictState
 from gputop.model.history import History, ProcKey, Tick
+from gputop.model.jobcpus import Job, job_cpus, job_throttled
+from gputop.model.waits import SPLIT_FIELDS, Segment, WaitSplit, split_of, wait_split
+
+__all__ = [
+    "SEVERITY",
+    "Job",
+    "ScreenView",
+    "Segment",
+    "WaitSplit",
+    "screen_view",
+    "tick_state",
+    "worst",
+]
 
 # Worst first: the screen leads with the most urgent verdict any GPU has.
 SEVERITY: tuple[VerdictState, ...] = (
@@ -72,6 +85,14 @@ class ScreenView:
     """How long the newest tick's state has lasted (0 with no tick)."""
     paused: bool = False
     replay: str = ""
+    verdicts: tuple[Verdict, ...] = ()
+    """The newest frame's verdicts, most urgent first (then by GPU)."""
+    jobs: tuple[Job, ...] = ()
+    """Each watched job: the CPUs it may run on and its cgroup's CPU limit."""
+    job_throttled: dict[int, float] = field(default_factory=dict)
+    """Each throttled job's share of CFS periods throttled this interval, by trainer pid."""
+    trainer_waits: tuple[tuple[ProcessSample, WaitSplit], ...] = ()
+    """Each trainer with a time split (GPU holders first): where its main thread waited."""
     _series: dict[tuple[str, str, int], list[float | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -86,6 +107,28 @@ class ScreenView:
         if values is None:
             values = self._series[key] = self.history.gpu_series(uuid, metric, last)
         return values
+
+    @property
+    def top(self) -> list[Verdict]:
+        """The verdicts that share the most urgent state (what the verdict panel leads with)."""
+        return worst(self.verdicts)
+
+    @staticmethod
+    def wait_split(p: ProcessSample) -> WaitSplit | None:
+        """A process's main-thread time split over the last interval (None: not known)."""
+        return wait_split(p)
+
+    def split_series(self, key: ProcKey) -> list[tuple[float, WaitSplit]]:
+        """The process's time split over the window: (tick time, split), oldest first."""
+        columns = [self.history.proc_series(key, m) for m in SPLIT_FIELDS]
+        ticks = self.history.ticks
+        out: list[tuple[float, WaitSplit]] = []
+        points = zip(islice(ticks, len(ticks) - len(columns[0]), None), *columns, strict=True)
+        for tk, *values in points:
+            split = split_of(*values)
+            if split is not None:
+                out.append((tk.t, split))
+        return out
 
     def since_watch(self, p: ProcessSample) -> int | None:
         """Preemptions of ``p`` since gputop began watching (None: never seen)."""
@@ -116,4 +159,28 @@ def screen_view(history: History, *, paused: bool = False, replay: str = "") -> 
                 break
             start = tk
         run_s = recent[-1].t - start.t + (recent[-1].interval or 0.0)
-    return ScreenView(history, frame, since, strip, run_s, paused, replay)
+    if frame is None:
+        return ScreenView(history, frame, since, strip, run_s, paused, replay)
+    trainers = sorted(
+        (p for p in frame.processes if p.role == "trainer"), key=lambda p: (not p.gpus, p.pid)
+    )
+    waits = []
+    for p in trainers:
+        split = wait_split(p)
+        if split is not None:
+            waits.append((p, split))
+    return ScreenView(
+        history,
+        frame,
+        since,
+        strip,
+        run_s,
+        paused,
+        replay,
+        verdicts=tuple(
+            sorted(frame.verdicts, key=lambda v: (_RANK.get(v.state, len(SEVERITY)), v.gpu))
+        ),
+        jobs=tuple(job_cpus(frame.processes)),
+        job_throttled=job_throttled(frame.processes),
+        trainer_waits=tuple(waits),
+    )

@@ -32,7 +32,8 @@ class Segment:
 
     key: str
     """``cpu``, ``runq``, ``throttled`` (where a CPU limit applies), ``input``, ``gpu``
-    (measured) or ``irq`` (inferred), ``other``, or (under /proc) ``blocked``."""
+    (measured) or ``irq`` (inferred), ``collective`` (a distributed job's rank, woken by
+    its collective-communication threads), ``other``, or (under /proc) ``blocked``."""
     label: str
     pct: float
 
@@ -44,6 +45,7 @@ LABELS = {
     "input": "waiting for batches",
     "gpu": "GPU wait",
     "irq": "GPU/irq wait (inferred)",
+    "collective": "collective wait (other ranks)",
     "other": "other",
     "blocked": "blocked",
 }
@@ -85,6 +87,7 @@ SPLIT_FIELDS = (
     "gpu_sync_spin_pct",
     "gpu_sync_runq_pct",
     "cpu_throttled_pct",
+    "wait_collective_pct",
 )
 
 
@@ -105,6 +108,7 @@ def split_of(
     gpu_sync_spin_pct: float | None = None,
     gpu_sync_runq_pct: float | None = None,
     cpu_throttled_pct: float | None = None,
+    wait_collective_pct: float | None = None,
 ) -> WaitSplit | None:
     """The split from a process's numbers (a sample's, or one point of its series)."""
     if offcpu_pct is None:
@@ -126,16 +130,17 @@ def split_of(
     after_input = _clamp(min(runq - sync_runq - thr, runq_after_input_pct or 0.0))
     inp = max(0.0, wait_input_pct)
     irq = max(0.0, wait_irq_pct or 0.0)
+    coll = max(0.0, wait_collective_pct or 0.0)
     rest = max(0.0, (wait_thread_pct or 0.0) + (wait_other_pct or 0.0))
     # A stretch is reported under its waker when it ends, so one frame's classes can
     # hold earlier frames' blocked time: scale them into this frame's blocked share
     # (outside synchronization). Blocked time no waker is known for yet (still asleep
     # at the tick) counts as other.
     free = blocked - sync_blocked
-    total = inp + irq + rest
+    total = inp + irq + coll + rest
     scale = free / total if total > free else 1.0
-    inp, irq = inp * scale, irq * scale
-    other = max(0.0, free - inp - irq)
+    inp, irq, coll = inp * scale, irq * scale, coll * scale
+    other = max(0.0, free - inp - irq - coll)
     if gpu_sync_pct is None:
         parts = {
             "cpu": cpu,
@@ -143,6 +148,7 @@ def split_of(
             "throttled": thr,
             "input": inp + after_input,
             "irq": irq,
+            "collective": coll,
             "other": other,
         }
         keys = MEASURED_KEYS
@@ -153,15 +159,22 @@ def split_of(
             "throttled": thr,
             "input": inp + after_input,
             "gpu": spin + sync_runq + sync_blocked,
+            "collective": coll,
             # Interrupt wake-ups outside synchronization are not the GPU's: other.
             "other": other + irq,
         }
         keys = GPU_KEYS
-    return WaitSplit(True, _segments(parts, keys, cpu_throttled_pct is not None))
+    rank = wait_collective_pct is not None
+    return WaitSplit(True, _segments(parts, keys, cpu_throttled_pct is not None, rank))
 
 
-def _segments(parts: dict[str, float], keys: tuple[str, ...], limited: bool) -> tuple[Segment, ...]:
-    # The throttled part follows the run-queue part it was carved from, only under a limit.
+def _segments(
+    parts: dict[str, float], keys: tuple[str, ...], limited: bool, rank: bool = False
+) -> tuple[Segment, ...]:
+    # The throttled part follows the run-queue part it was carved from, only under a limit;
+    # a rank's collective wait comes before "other", only for a distributed job's rank.
     if limited:
         keys = (*keys[:2], "throttled", *keys[2:])
+    if rank:
+        keys = (*keys[:-1], "collective", keys[-1])
     return tuple(Segment(k, LABELS[k], parts[k]) for k in keys)

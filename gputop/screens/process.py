@@ -15,10 +15,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 from textual_plotext import PlotextPlot
 
-from gputop.messages import KillRequested, StackDumped
+from gputop.messages import KillRequested, ProcessClosed, StackDumped
 from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
-from gputop.model.waits import SPLIT_FIELDS, split_of, wait_split
 from gputop.procctl import pyspy_dump
 
 CHARTS = (
@@ -58,6 +57,7 @@ SPLIT_COLOURS = {
     "input": "yellow",
     "irq": "blue",
     "gpu": "cyan",
+    "collective": "white",
     "other": "magenta",
     "blocked": "blue",
 }
@@ -71,6 +71,16 @@ def throttled_source(p: ProcessSample) -> str:
     if p.cpu_throttled_source == "bpf":
         return "measured at each switch-out"
     return "inferred from the cgroup's cpu.stat"
+
+
+def rank_text(p: ProcessSample) -> str:
+    """``rank 1 of 2 (local 1), job abc`` for a distributed job's rank; the job alone where
+    only its launcher tells it."""
+    if p.rank is None:
+        return f"distributed job {p.job_id} (rank not readable)"
+    of = f" of {p.world_size}" if p.world_size is not None else ""
+    local = f" (local {p.local_rank})" if p.local_rank is not None else ""
+    return f"rank {p.rank}{of}{local}, job {p.job_id}"
 
 
 def limit_line(p: ProcessSample) -> str | None:
@@ -96,7 +106,7 @@ def limit_line(p: ProcessSample) -> str | None:
 
 def wait_key(p: ProcessSample) -> Text:
     """The last interval's split, each part in its chart colour (the chart's key)."""
-    split = wait_split(p)
+    split = ScreenView.wait_split(p)
     if split is None:
         return Text("time split: not sampled yet")
     t = Text("last interval: ")
@@ -113,7 +123,7 @@ def wait_key(p: ProcessSample) -> Text:
 
 def wait_lines(p: ProcessSample) -> list[str]:
     """The main thread's time split in the last interval, and who preempted it."""
-    split = wait_split(p)
+    split = ScreenView.wait_split(p)
     if split is None:
         return ["time split: not sampled yet"]
     parts = ", ".join(
@@ -198,13 +208,13 @@ class ProcessScreen(Screen[None]):
             ("VCSW/s", 6),
         ):
             table.add_column(label, width=width, key=label)
-        # Pinned: if the process exits, its charts stay until this screen is closed.
-        self.history.pin(self.key)
         self.show(self.view)
         self.action_stack()
 
     def on_unmount(self) -> None:
-        self.history.unpin(self.key)
+        # The app pinned the process when it opened this screen (its charts stay while it is
+        # open, even after the process exits); closed, the app unpins it.
+        self.app.post_message(ProcessClosed(self.key))
 
     @property
     def process(self) -> ProcessSample | None:
@@ -233,6 +243,8 @@ class ProcessScreen(Screen[None]):
         t.append(f"  {p.role}  {p.user or '?'}  threads {p.nthreads}")
         if p.trainer_pid is not None and p.trainer_pid != p.pid:
             t.append(f"  trainer {p.trainer_pid}")
+        if p.job_id is not None:
+            t.append(f"  {rank_text(p)}", style="bold")
         since = self.view.since_watch(p)
         t.append(f"  preempted {p.preempt_per_s:.1f}/s")
         if since is not None:
@@ -272,16 +284,9 @@ class ProcessScreen(Screen[None]):
         Five lines with a legend would not fit a 5-row chart: the areas carry the
         colours of the "last interval" key in the side panel instead.
         """
-        columns = [self.history.proc_series(self.key, m) for m in SPLIT_FIELDS]
-        ticks = self.history.ticks
-        xs: list[float] = []
-        splits = []
-        points = zip(islice(ticks, len(ticks) - len(columns[0]), None), *columns, strict=True)
-        for tk, *values in points:
-            split = split_of(*values)
-            if split is not None:
-                xs.append(tk.t - now)
-                splits.append(split)
+        series = self.view.split_series(self.key)
+        xs = [t - now for t, _ in series]
+        splits = [split for _, split in series]
         plot = self.query_one("#plot-split", PlotextPlot)
         plt = plot.plt
         plt.clear_data()

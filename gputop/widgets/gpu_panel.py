@@ -5,14 +5,9 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from rich.style import Style
-from textual.geometry import Region
-from textual.strip import Strip
-from textual.widget import Widget
-
 from gputop.model.frame import Frame
 from gputop.model.view import ScreenView
-from gputop.widgets.lines import cached_line
+from gputop.widgets.lines import Line, LineWidget
 from gputop.widgets.sparkline import sparkline
 
 LABEL_W = 6
@@ -40,7 +35,7 @@ def _gib(mib: int | None) -> str:
     return NA if mib is None else f"{mib / 1024:.1f}"
 
 
-class GpuPanel(Widget):
+class GpuPanel(LineWidget):
     """A line-based panel for one GPU, or the "no GPU" notice when ``gpu`` is None.
 
     Lines are built as plain strings once per frame and only the lines whose
@@ -76,12 +71,11 @@ class GpuPanel(Widget):
     GpuPanel > .gpu-panel--warn { color: $text-error; text-style: bold; }
     """
 
+    SIZED_BY_LINES = False
+
     def __init__(self, uuid: str | None, *, id: str | None = None) -> None:
         # Set before Widget.__init__, which may already call notify_style_update.
         self.uuid = uuid
-        # Each line: list of (text, component class or "") runs.
-        self._lines: list[list[tuple[str, str]]] = []
-        self._strips: list[Strip | None] = []
         self._view: ScreenView | None = None
         super().__init__(id=id)
         if uuid is None:
@@ -90,37 +84,13 @@ class GpuPanel(Widget):
     def show(self, view: ScreenView) -> None:
         """Take this GPU's newest sample and series (or why there is no GPU) from the view."""
         self._view = view
-        self._relayout()
+        self.rebuild()
 
-    def on_resize(self) -> None:
-        self._relayout(force=True)
+    def line_width(self) -> int:
+        # Before the first layout there is nothing to draw; on_resize builds the lines.
+        return self.content_size.width
 
-    def _relayout(self, force: bool = False) -> None:
-        width = self.content_size.width
-        if width <= 0:
-            return
-        lines = self._build(width)
-        if force or len(lines) != len(self._lines):
-            self._lines = lines
-            self._strips = [None] * len(lines)
-            self.refresh()
-            return
-        for y, line in enumerate(lines):
-            if line != self._lines[y]:
-                self._lines[y] = line
-                self._strips[y] = None
-                self.refresh_line(y)
-
-    def refresh_line(self, y: int) -> None:
-        """Repaint one content line only."""
-        self.refresh(Region(0, y + self.styles.padding.top, self.size.width, 1))
-
-    def notify_style_update(self) -> None:
-        # A theme change alters the component styles baked into the cached strips.
-        self._strips = [None] * len(self._lines)
-        super().notify_style_update()
-
-    def _build(self, width: int) -> list[list[tuple[str, str]]]:
+    def build(self, width: int) -> list[Line]:
         view = self._view
         frame = None if view is None else view.frame
         gpu = None
@@ -139,7 +109,7 @@ class GpuPanel(Widget):
             title += f" [{gpu.state}]"
         mem = f"{_gib(gpu.mem_used_mib)}/{_gib(gpu.mem_total_mib)} GiB"
         gap = max(1, width - len(title) - len(mem))
-        lines: list[list[tuple[str, str]]] = [
+        lines: list[Line] = [
             [
                 (title[: max(0, width - len(mem) - 1)], "gpu-panel--title"),
                 (" " * gap, ""),
@@ -187,9 +157,3 @@ class GpuPanel(Widget):
             info.append(("  SM: dcgm", "gpu-panel--label"))
         lines.append(info)
         return lines
-
-    def render_line(self, y: int) -> Strip:
-        return cached_line(self, self._lines, self._strips, y, self._style)
-
-    def _style(self, cls: str) -> Style:
-        return self.get_component_rich_style(cls, partial=True)

@@ -9,18 +9,16 @@ whole header is one line.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
-from gputop.model.fixes import cpu_list as format_cpu_list
-from gputop.model.frame import HostSample, ProcessSample
-from gputop.model.view import ScreenView
+from gputop.model.frame import HostSample
+from gputop.model.view import Job, ScreenView
 from gputop.widgets.lines import Line, LineWidget, fit_runs
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 METER_MIN_W = 16
 GROUP_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
-JOB_ROLES = ("trainer", "dataloader", "pin_memory")
 
 
 def level_class(pct: float) -> str:
@@ -80,44 +78,6 @@ def shrink(values: Sequence[float], n: int) -> list[float]:
     ]
 
 
-# A watched job: its trainer's pid, the CPUs it may run on, its cgroup's CPU limit (or None).
-Job = tuple[int, tuple[int, ...], float | None]
-
-
-def job_cpus(processes: Iterable[ProcessSample]) -> list[Job]:
-    """Each watched job (a trainer and its workers): the union of the CPUs its processes
-    may run on and the tightest cgroup CPU limit among them."""
-    cpus: dict[int, set[int]] = {}
-    quota: dict[int, float | None] = {}
-    for p in processes:
-        if p.role not in JOB_ROLES or p.cpus_allowed is None:
-            continue
-        owner = p.trainer_pid if p.trainer_pid is not None else p.pid
-        cpus.setdefault(owner, set()).update(p.cpus_allowed)
-        known = quota.get(owner)
-        if p.cpu_quota is not None and (known is None or p.cpu_quota < known):
-            quota[owner] = p.cpu_quota
-        else:
-            quota.setdefault(owner, known)
-    return [(pid, tuple(sorted(c)), quota.get(pid)) for pid, c in sorted(cpus.items())]
-
-
-def job_throttled(processes: Iterable[ProcessSample]) -> dict[int, float]:
-    """Each job whose cgroup the kernel throttled this interval: the share of its CFS
-    periods it was throttled in (cpu.stat), by the job's trainer pid."""
-    out: dict[int, float] = {}
-    for p in processes:
-        lim = p.cpu_limit
-        if p.role not in JOB_ROLES or lim is None or not lim.periods:
-            continue
-        if not lim.throttled_periods:
-            continue
-        owner = p.trainer_pid if p.trainer_pid is not None else p.pid
-        pct = 100.0 * lim.throttled_periods / lim.periods
-        out[owner] = max(pct, out.get(owner, 0.0))
-    return out
-
-
 def _gib(mib: int) -> str:
     return f"{mib / 1024:.1f}G"
 
@@ -170,8 +130,8 @@ class HostHeader(LineWidget):
         if frame is None:
             return
         self.host = frame.host
-        self.jobs = job_cpus(frame.processes)
-        self.throttled = job_throttled(frame.processes)
+        self.jobs = list(view.jobs)
+        self.throttled = view.job_throttled
         self.rebuild()
 
     # ---- lines ----------------------------------------------------------------
@@ -188,8 +148,8 @@ class HostHeader(LineWidget):
 
     def _job_set(self) -> set[int]:
         cpus: set[int] = set()
-        for _, allowed, _quota in self.jobs:
-            cpus.update(allowed)
+        for job in self.jobs:
+            cpus.update(job.cpus)
         return cpus
 
     def _cpu_lines(self, host: HostSample, width: int, max_rows: int) -> list[Line]:
@@ -303,17 +263,16 @@ class HostHeader(LineWidget):
         if self.jobs:
             # Jobs that may run on the same CPUs (and under the same limit, throttled
             # alike) share one entry.
-            by_set: dict[tuple[tuple[int, ...], float | None, float | None], list[int]] = {}
-            for pid, cpus, quota in self.jobs:
-                thr = self.throttled.get(pid)
-                by_set.setdefault((cpus, quota, None if thr is None else round(thr)), []).append(
-                    pid
-                )
+            by_set: dict[tuple[str, int, float | None, float | None], list[int]] = {}
+            for job in self.jobs:
+                thr = self.throttled.get(job.pid)
+                key = (job.cpus_text, len(job.cpus), job.quota, None if thr is None else round(thr))
+                by_set.setdefault(key, []).append(job.pid)
             jobs: Line = [("jobs " if compact else "jobs may run on ", "host-header--label")]
-            for k, ((cpus, quota, thr), pids) in enumerate(by_set.items()):
-                everywhere = len(cpus) >= host.ncpu
+            for k, ((cpus_text, n_cpus, quota, thr), pids) in enumerate(by_set.items()):
+                everywhere = n_cpus >= host.ncpu
                 if compact:
-                    where = "all" if everywhere else format_cpu_list(cpus)
+                    where = "all" if everywhere else cpus_text
                     if quota is not None:
                         where += f"/{quota:g}"
                     jobs.append(((" " if k else "") + where, ""))
@@ -325,7 +284,7 @@ class HostHeader(LineWidget):
                 where = (
                     f"all {host.ncpu} CPUs"
                     if everywhere
-                    else f"CPUs {format_cpu_list(cpus)} ({len(cpus)} of {host.ncpu})"
+                    else f"CPUs {cpus_text} ({n_cpus} of {host.ncpu})"
                 )
                 if quota is not None:
                     where += f", cgroup limit {quota:g} CPUs"

@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from rich.segment import Segment
-from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
@@ -23,6 +21,7 @@ from textual.strip import Strip
 from gputop.messages import ProcessOpened, TableView, ViewChanged
 from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
+from gputop.widgets.lines import LineCache, Run
 
 
 @dataclass(frozen=True)
@@ -310,11 +309,10 @@ class ProcessTable(ScrollView, can_focus=True):
         self._by_key: dict[str, ProcessSample] = {}
         self._cells: dict[str, Row] = {}
         self._order: list[str] = []
-        self._strips: dict[str, Strip] = {}
-        self._header: Strip | None = None
+        # Rows and the header drawn once per thing they show (cells, width, row key).
+        self.cache = LineCache(self)
         # (start, end, column key) of each header cell as drawn.
         self._header_spans: list[tuple[int, int, str]] = []
-        self._styles: dict[str, Style] = {}
         self._widths: tuple[int, ...] = ()
         self._columns: tuple[Column, ...] = COLUMNS
         super().__init__(id=id)
@@ -366,7 +364,7 @@ class ProcessTable(ScrollView, can_focus=True):
         if columns != self._columns:
             # Every row and the header change shape.
             self._columns = columns
-            self._cells, self._strips, self._header = {}, {}, None
+            self._cells = {}
             self.refresh()
         self._apply()
 
@@ -411,7 +409,6 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def _view_changed(self) -> None:
         """Re-arrange the rows (selection kept), redraw the header, tell the app."""
-        self._header = None
         self._apply()
         self.refresh()
         self.post_message(ViewChanged(self.view))
@@ -435,10 +432,7 @@ class ProcessTable(ScrollView, can_focus=True):
             row = self._cells_for(p, prefix)
             cells[key] = row
             if self._cells.get(key) != row:
-                self._strips.pop(key, None)
                 dirty.append(key)
-        for key in self._cells.keys() - cells.keys():
-            self._strips.pop(key, None)
         self._by_key, self._cells = by_key, cells
         old_order, old_cursor, old_top = self._order, self.cursor_row, self.scroll_offset.y
         if new_keys != old_order:
@@ -452,7 +446,8 @@ class ProcessTable(ScrollView, can_focus=True):
             return
         # Repaint the lines whose row changed: another process, new cells, the cursor.
         changed = set(dirty)
-        cursor = {old_cursor, self.cursor_row}
+        # The cursor's lines only when it moved (its row's own change is in ``changed``).
+        cursor = {old_cursor, self.cursor_row} if old_cursor != self.cursor_row else set()
         for index in range(top, top + max(0, self.size.height - 1)):
             was = old_order[index] if index < len(old_order) else None
             now = new_keys[index] if index < len(new_keys) else None
@@ -510,94 +505,74 @@ class ProcessTable(ScrollView, can_focus=True):
     # ---- rendering ----------------------------------------------------------
 
     def notify_style_update(self) -> None:
-        self._styles = {}
-        self._strips = {}
-        self._header = None
+        self.cache.clear()
         super().notify_style_update()
-
-    def _style(self, cls: str) -> Style:
-        style = self._styles.get(cls)
-        if style is None:
-            style = self._styles[cls] = self.get_component_rich_style(cls, partial=True)
-        return style
 
     def _column_widths(self, width: int) -> tuple[int, ...]:
         visible = visible_columns(width, self._columns)
         if visible != self._visible:
             self._visible = visible
-            self._header = None
-            self._strips = {}
         fixed = [c.width for c in visible[:-1]]
         rest = max(8, width - sum(fixed) - GUTTER * len(fixed) - GUTTER)
         return (*fixed, rest)
 
     def on_resize(self) -> None:
-        # Row strips depend on the width only; render_line drops them when it changes.
+        # Row lines are keyed by the width too: a new width draws them anew.
         self.virtual_size = Size(self.scrollable_content_region.width, len(self._order) + 1)
         self._scroll_to_cursor()
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         widths = self._column_widths(width)
-        if widths != self._widths:
-            self._widths = widths
-            self._strips = {}
-            self._header = None
-        base = self.rich_style
+        self._widths = widths
         if y == 0:
-            if self._header is None:
-                self._header = self._header_strip(widths, base, width)
-            return self._header
+            runs = self._header_runs(widths)
+            return self.cache.strip(runs, width, "process-table--header", {"header": True})
         index = self.scroll_offset.y + y - 1
         if not 0 <= index < len(self._order):
-            return Strip.blank(width, base)
+            return Strip.blank(width, self.cache.memo.base)
         key = self._order[index]
-        strip = self._strips.get(key)
-        if strip is None:
-            # The row's key rides on every cell drawn: a click reads it back (``on_click``).
-            row = self._row_strip(self._cells[key], widths, base, width)
-            strip = self._strips[key] = row.apply_meta({"row": key})
+        # The row's key rides on every cell drawn: a click reads it back (``on_click``).
+        strip = self.cache.strip(self._row_runs(self._cells[key], widths), width, "", {"row": key})
         if index == self.cursor_row:
-            return strip.apply_style(self._style("process-table--cursor"))
+            return strip.apply_style(self.cache.memo.style("process-table--cursor"))
         return strip
 
-    def _header_strip(self, widths: tuple[int, ...], base: Style, width: int) -> Strip:
-        head = base + self._style("process-table--header")
-        segments = []
+    def _header_runs(self, widths: tuple[int, ...]) -> list[Run]:
+        runs: list[Run] = []
         spans: list[tuple[int, int, str]] = []
         x = 0
         for c, w in zip(self._visible, widths, strict=True):
             label = c.label
-            style = head
+            name = ""
             if c.key == self.sort_key:
                 label += "▼" if self.sort_reverse else "▲"
-                style = head + self._style("process-table--sorted")
+                name = "process-table--sorted"
             text = label.rjust(w) if c.numeric else label.ljust(w)
-            segments += [Segment(" ", head), Segment(text[:w], style)]
+            runs += [(" ", ""), (text[:w], name)]
             # Where this column's header was drawn (its gutter included), for clicks.
             spans.append((x, x + GUTTER + w, c.key))
             x += GUTTER + w
         self._header_spans = spans
-        return Strip(segments).crop_extend(0, width, head).apply_meta({"header": True})
+        return runs
 
-    def _row_strip(self, cells: Row, widths: tuple[int, ...], base: Style, width: int) -> Strip:
-        segments = []
+    def _row_runs(self, cells: Row, widths: tuple[int, ...]) -> list[Run]:
+        runs: list[Run] = []
         prefix, prefix_cls = cells[TREE]
         command, command_cls = cells["command"]
         for c, w in zip(self._visible[:-1], widths[:-1], strict=True):
             text, cls = cells[c.key]
             text = text.rjust(w) if c.numeric else text.ljust(w)
-            segments.append(Segment(" ", base))
-            segments.append(Segment(text[:w], base + self._style(cls) if cls else base))
-        segments.append(Segment(" ", base))
+            runs += [(" ", ""), (text[:w], cls)]
+        runs.append((" ", ""))
         if self.cmd_offset:
             # Scrolled: the tree prefix scrolls away with the command, a mark says so.
             command = (prefix + command)[self.cmd_offset :]
             prefix, prefix_cls = "«", "process-table--muted"
         if prefix:
-            segments.append(Segment(prefix, base + self._style(prefix_cls)))
-        segments.append(Segment(command, base + self._style(command_cls) if command_cls else base))
-        return Strip(segments).crop_extend(0, width, base)
+            runs.append((prefix, prefix_cls))
+        runs.append((command, command_cls))
+        return runs
 
     # ---- cursor -------------------------------------------------------------
 
@@ -647,7 +622,6 @@ class ProcessTable(ScrollView, can_focus=True):
         offset = max(0, min(limit, self.cmd_offset + step * HSCROLL_STEP))
         if offset != self.cmd_offset:
             self.cmd_offset = offset
-            self._strips = {}
             self.refresh()
 
     def action_jump(self, index: int) -> None:

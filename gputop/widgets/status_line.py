@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.reactive import reactive
-from textual.widget import Widget
-
 from gputop.messages import TableView
 from gputop.model.frame import Sources
 from gputop.model.view import ScreenView
+from gputop.widgets.lines import Line, LineWidget
 from gputop.widgets.process_table import sort_label
 
 
-class StatusLine(Widget):
+class StatusLine(LineWidget):
     """Sources (gpu: nvml/demo/none; sched: bpf/procfs) with the first reason one is off.
 
-    Every shown value is a reactive, so the line redraws only when one of them
-    changed: ``show(view)`` sets the sources, the sampler's own CPU, pause and
-    replay from the screen's view; the app hands on the table's ``ViewChanged``
-    (a key press, not a tick) as ``view``.
+    ``show(view)`` takes the sources, the sampler's own CPU, pause and replay from the
+    screen's view; the app hands on the table's ``ViewChanged`` (a key press, not a
+    tick) as ``view``. The line is rebuilt from them and repainted only when its text
+    or styles changed.
     """
 
     DEFAULT_CSS = """
@@ -26,47 +23,75 @@ class StatusLine(Widget):
     StatusLine.-paused { background: $warning-muted; color: $text-warning; }
     """
 
-    sources: reactive[Sources | None] = reactive(None)
-    # Rounded to what is shown, so a change in the second decimal redraws nothing.
-    own_cpu_pct: reactive[float | None] = reactive(None)
-    interval_s: reactive[float] = reactive(1.0)
-    paused: reactive[bool] = reactive(False, toggle_class="-paused")
-    replay: reactive[str] = reactive("")
-    view: reactive[TableView] = reactive(TableView)
+    SELECTABLE = True
 
     def __init__(self, *, interval_s: float = 1.0, id: str | None = None) -> None:
+        self.sources: Sources | None = None
+        # Rounded to what is shown, so a change in the second decimal redraws nothing.
+        self.own_cpu_pct: float | None = None
+        self.interval_s = interval_s
+        self.paused = False
+        self.replay = ""
+        self._view = TableView()
         super().__init__(id=id)
-        self.set_reactive(StatusLine.interval_s, interval_s)
+
+    @property
+    def view(self) -> TableView:
+        """The table's sort, tree mode and filter, as the line shows them."""
+        return self._view
+
+    @view.setter
+    def view(self, view: TableView) -> None:
+        self._view = view
+        self.rebuild()
 
     def show(self, view: ScreenView) -> None:
         """Take what this line shows from the view: the newest frame's sources, pause, replay."""
         self.paused = view.paused
+        self.set_class(view.paused, "-paused")
         self.replay = view.replay
         frame = view.frame
-        if frame is None:
-            return
-        self.sources = frame.sources
-        own = frame.sampler_cpu_pct
-        self.own_cpu_pct = None if own is None else round(own, 1)
+        if frame is not None:
+            self.sources = frame.sources
+            own = frame.sampler_cpu_pct
+            self.own_cpu_pct = None if own is None else round(own, 1)
+        self.rebuild()
 
-    def render(self) -> Text:
-        t = Text(no_wrap=True, overflow="ellipsis")
+    def on_mount(self) -> None:
+        self.rebuild()
+
+    @property
+    def text(self) -> str:
+        """The line as plain text."""
+        return "".join(t for t, _ in self._runs())
+
+    def build(self, width: int) -> list[Line]:
+        return [self._runs()]
+
+    def _runs(self) -> Line:
+        runs: Line = []
         if self.paused:
-            t.append("PAUSED ", style="bold reverse")
+            runs.append(("PAUSED ", "bold reverse"))
         if self.replay:
-            t.append(f"{self.replay} ", style="bold")
+            runs.append((f"{self.replay} ", "bold"))
         src = self.sources
         if src is None:
-            t.append("waiting for the first frame…")
-            return t
+            runs.append(("waiting for the first frame…", ""))
+            return runs
         own = self.own_cpu_pct
-        t.append(f"gpu:{src.gpu}", style="bold" if src.gpu != "none" else "bold italic")
-        t.append(f" sched:{src.sched}", style="bold")
-        t.append(f" │ {self.interval_s:g}s")
-        t.append(f" │ own CPU {'n/a' if own is None else f'{own:.1f}%'}")
-        t.append(f" │ sort {sort_label(self.view)}{' tree' if self.view.tree else ''}")
-        if self.view.needle:
-            t.append(f" │ filter “{self.view.needle}”", style="bold")
+        view = self._view
+        runs.append((f"gpu:{src.gpu}", "bold" if src.gpu != "none" else "bold italic"))
+        runs.append((f" sched:{src.sched}", "bold"))
+        runs.append(
+            (
+                f" │ {self.interval_s:g}s"
+                f" │ own CPU {'n/a' if own is None else f'{own:.1f}%'}"
+                f" │ sort {sort_label(view)}{' tree' if view.tree else ''}",
+                "",
+            )
+        )
+        if view.needle:
+            runs.append((f" │ filter “{view.needle}”", "bold"))
         if src.notes:
-            t.append(f" │ {src.notes[0]}", style="italic")
-        return t
+            runs.append((f" │ {src.notes[0]}", "italic"))
+        return runs

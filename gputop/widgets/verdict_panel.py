@@ -13,16 +13,18 @@ from __future__ import annotations
 import textwrap
 from typing import ClassVar
 
-from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.geometry import Region
 from textual.strip import Strip
-from textual.visual import Visual, visualize
 from textual.widget import Widget
 
 from gputop.model.frame import Cause, Verdict, VerdictState
-from gputop.model.view import SEVERITY, ScreenView, worst
+
+# SEVERITY: the ranks the view orders the verdicts by (every state has one and a title).
+from gputop.model.view import SEVERITY as SEVERITY
+from gputop.model.view import ScreenView
+from gputop.widgets.lines import LineCache
 
 TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
@@ -131,13 +133,12 @@ class VerdictPanel(Widget):
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"verdict-panel--{s}" for s in STRIP_GLYPHS}
 
     def __init__(self, *, id: str | None = None) -> None:
-        self._glyph_styles: dict[str, Style] = {}
-        # Each shown line drawn once, until it changes (or the width or theme does).
-        self._strips: dict[int, Strip] = {}
-        self._strips_width = 0
+        # Each shown line drawn once, until what it shows changes (or the width or theme does).
+        self.cache = LineCache(self)
         super().__init__(id=id)
         self._state = "none"
         self._verdicts: tuple[Verdict, ...] = ()
+        self._top: list[Verdict] = []
         self._has_gpus = True
         self._strip: tuple[str, ...] = ()
         # The lines under the title, kept while the verdicts and the width stay the same.
@@ -192,14 +193,15 @@ class VerdictPanel(Widget):
         frame = view.frame
         if frame is None:
             return
-        top = worst(frame.verdicts)
+        top = view.top
         has_gpus = bool(frame.gpus)
         state = top[0].state if top else ("none" if has_gpus else "no_gpu")
         if state != self._state:
             self.remove_class(f"-{self._state}")
             self.add_class(f"-{state}")
             self._state = state
-        self._verdicts = tuple(frame.verdicts)
+        self._verdicts = view.verdicts
+        self._top = top
         self._has_gpus = has_gpus
         self._strip = view.verdict_strip
         self._run_s = view.verdict_run_s
@@ -242,7 +244,6 @@ class VerdictPanel(Widget):
         height_changed = len(shown) != len(self._shown)
         if height_changed or force:
             self._shown = shown
-            self._strips = {}
             if height_changed:
                 self.styles.height = len(shown)
             self.refresh(layout=height_changed)
@@ -251,13 +252,12 @@ class VerdictPanel(Widget):
         top = self.styles.padding.top
         for y, (old, new) in enumerate(zip(self._shown, shown, strict=True)):
             if old != new:
-                self._strips.pop(y, None)
                 self.refresh(Region(0, y + top, self.size.width, 1))
         self._shown = shown
 
     def _ordered(self) -> list[Verdict]:
-        rank = {s: i for i, s in enumerate(SEVERITY)}
-        return sorted(self._verdicts, key=lambda v: (rank.get(v.state, len(SEVERITY)), v.gpu))
+        # Most urgent first, as the view ranked them.
+        return list(self._verdicts)
 
     def _build(self, width: int) -> list[PanelLine]:
         if self._state == "no_gpu":
@@ -265,7 +265,7 @@ class VerdictPanel(Widget):
         if self._state == "none":
             return [[("no verdict yet — diagnosis needs a few frames", "")]]
         ordered = self._ordered()
-        top = worst(ordered)
+        top = self._top
         v = top[0]
         title: PanelLine = []
         mark = "✓" if v.state in CALM else "▲"
@@ -345,46 +345,25 @@ class VerdictPanel(Widget):
     # ---- rendering ----------------------------------------------------------
 
     def notify_style_update(self) -> None:
-        self._glyph_styles = {}
-        self._strips = {}
+        self.cache.clear()
         super().notify_style_update()
 
-    def _style(self, name: str) -> Style | str | None:
-        if not name.startswith("verdict-panel--"):
-            return name or None
-        style = self._glyph_styles.get(name)
-        if style is None:
-            style = self._glyph_styles[name] = self.get_component_rich_style(name, partial=True)
-        return style
-
     def render(self) -> Text:
+        # Only while text is selected: Textual's own path draws the selection over the text.
         text = Text(no_wrap=True, overflow="ellipsis", end="")
+        memo = self.cache.memo
         for y, line in enumerate(self._shown):
             if y:
                 text.append("\n")
-            self._append(text, line)
+            for run, name in line:
+                text.append(run, style=memo.style(name) if name else None)
         return text
 
-    def _append(self, text: Text, line: PanelLine) -> None:
-        for run, style in line:
-            text.append(run, style=self._style(style))
-
     def render_line(self, y: int) -> Strip:
-        # While text is selected, Textual's own path draws the selection over the whole text.
         if self.text_selection is not None or y >= len(self._shown):
             return super().render_line(y)
-        width = self.size.width
-        if width != self._strips_width:
-            self._strips, self._strips_width = {}, width
-        strip = self._strips.get(y)
-        if strip is None:
-            # The line alone through the same Textual path as render(), placed at its row
-            # (its cells' offsets say where selecting with the mouse starts).
-            text = Text(no_wrap=True, overflow="ellipsis", end="")
-            self._append(text, self._shown[y])
-            line = Visual.to_strips(self, visualize(self, text), width, 1, self.visual_style)
-            strip = self._strips[y] = line[0].apply_offsets(0, y)
-        return strip
+        # Placed at its row: its cells' offsets say where selecting with the mouse starts.
+        return self.cache.strip(self._shown[y], self.content_size.width, row=y)
 
     @property
     def text(self) -> str:

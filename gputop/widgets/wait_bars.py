@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.text import Text
-from textual.widgets import Static
-
 from gputop.model.frame import ProcessSample
-from gputop.model.view import ScreenView
-from gputop.model.waits import WaitSplit, wait_split
+from gputop.model.view import ScreenView, WaitSplit
+from gputop.widgets.lines import Line, LineWidget, fit_runs
 
 # One glyph per segment as well as one colour, so the bar reads without colour (NO_COLOR).
 GLYPHS = {
@@ -19,6 +16,7 @@ GLYPHS = {
     "input": "▒",
     "gpu": "░",
     "irq": "░",
+    "collective": "▞",
     "other": "·",
     "blocked": "░",
 }
@@ -29,6 +27,7 @@ SHORT = {
     "input": "batches",
     "irq": "gpu/irq",
     "gpu": "gpu",
+    "collective": "collective",
     "other": "other",
     "blocked": "blocked",
 }
@@ -40,6 +39,7 @@ COMPACT = {
     "input": "in",
     "irq": "irq",
     "gpu": "gpu",
+    "collective": "coll",
     "other": "oth",
     "blocked": "blk",
 }
@@ -78,7 +78,7 @@ def _inferred(p: ProcessSample) -> bool:
     return p.cpu_throttled_source == "cpu.stat"
 
 
-class TrainerWaitBars(Static):
+class TrainerWaitBars(LineWidget):
     """Per trainer: on-CPU work | CPU wait | waiting for batches | waiting for the GPU | other.
 
     Under a cgroup CPU limit the CPU wait its limit held the trainer back is its own
@@ -97,8 +97,6 @@ class TrainerWaitBars(Static):
         max-height: 3;
         padding: 0 1;
         background: $surface;
-        text-wrap: nowrap;
-        text-overflow: ellipsis;
     }
     TrainerWaitBars > .wait-bars--label { color: $text-muted; }
     TrainerWaitBars > .wait-bars--cpu { color: $text-success; }
@@ -107,6 +105,7 @@ class TrainerWaitBars(Static):
     TrainerWaitBars > .wait-bars--input { color: $text-warning; }
     TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
     TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
+    TrainerWaitBars > .wait-bars--collective { color: $text-secondary; }
     TrainerWaitBars > .wait-bars--other { color: $text-muted; }
     TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
     TrainerWaitBars > .wait-bars--note { color: $text-muted; text-style: italic; }
@@ -119,48 +118,43 @@ class TrainerWaitBars(Static):
         "wait-bars--input",
         "wait-bars--irq",
         "wait-bars--gpu",
+        "wait-bars--collective",
         "wait-bars--other",
         "wait-bars--blocked",
         "wait-bars--note",
     }
 
+    SELECTABLE = True
+
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
         self._rows: list[tuple[ProcessSample, WaitSplit]] = []
-        self._lines = 0
+        super().__init__(id=id)
         self.display = False
 
+    @property
+    def text(self) -> str:
+        """The bars as plain text, one line per trainer."""
+        return "\n".join(self.lines)
+
     def show(self, view: ScreenView) -> None:
-        """Take the trainers of the newest frame (GPU holders first) and redraw."""
+        """Take the trainers of the newest frame (GPU holders first); repaint what changed."""
         frame = view.frame
         if frame is None:
             return
-        trainers = sorted(
-            (p for p in frame.processes if p.role == "trainer"), key=lambda p: (not p.gpus, p.pid)
-        )
-        rows = []
-        for p in trainers:
-            split = wait_split(p)
-            if split is not None:
-                rows.append((p, split))
+        rows = list(view.trainer_waits)
         self._rows = rows
         self.display = bool(rows)
-        text = self._text()
-        # height: auto: only a new number of lines can change the widget's size; new
-        # values in the same lines repaint without a layout pass of the screen.
-        lines = text.plain.count("\n") + 1
-        self.update(text, layout=lines != self._lines)
-        self._lines = lines
+        # Only a new number of lines changes the widget's size (a layout pass); new
+        # values in the same lines repaint those lines, and unchanged text nothing.
+        self.rebuild()
 
-    def on_resize(self) -> None:
-        self.update(self._text(), layout=False)
+    def build(self, width: int) -> list[Line]:
+        if not self._rows:
+            return []
+        return [fit_runs(line, width) for line in self._bar_lines(max(40, width))]
 
-    def _style(self, name: str) -> str:
-        return str(self.get_component_rich_style(f"wait-bars--{name}", partial=True))
-
-    def _text(self) -> Text:
-        out = Text(no_wrap=True, overflow="ellipsis")
-        width = max(40, self.content_size.width or 78)
+    def _bar_lines(self, width: int) -> list[Line]:
+        out: list[Line] = []
         shown = self._rows[:MAX_LINES]
         more = len(self._rows) - len(shown)
         notes = []
@@ -189,20 +183,18 @@ class TrainerWaitBars(Static):
             default=0,
         )
         bar_w = max(MIN_BAR_W, width - label_w - widest - 4)
-        for i, ((p, split), note) in enumerate(zip(shown, notes, strict=True)):
-            if i:
-                out.append("\n")
+        for (p, split), note in zip(shown, notes, strict=True):
             label = f"{p.pid} {p.comm}"[:label_w].ljust(label_w)
-            out.append(label, style=self._style("label"))
-            out.append(" ▕")
+            line: Line = [(label, "wait-bars--label"), (" ▕", "")]
             for key, cells in bar_cells(split, bar_w):
-                out.append(GLYPHS[key] * cells, style=self._style(key))
-            out.append("▏ ")
+                line.append((GLYPHS[key] * cells, f"wait-bars--{key}"))
+            line.append(("▏ ", ""))
             for j, seg in enumerate(split.segments):
                 if j:
-                    out.append(" ")
-                out.append(f"{seg_name(seg.key, names, _inferred(p))} ", style=self._style("label"))
-                out.append(f"{seg.pct:.0f}", style=self._style(seg.key))
+                    line.append((" ", ""))
+                line.append((f"{seg_name(seg.key, names, _inferred(p))} ", "wait-bars--label"))
+                line.append((f"{seg.pct:.0f}", f"wait-bars--{seg.key}"))
             if note:
-                out.append(note, style=self._style("note"))
+                line.append((note, "wait-bars--note"))
+            out.append(line)
         return out

@@ -6,8 +6,9 @@ import os
 import stat
 from pathlib import Path
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
 from gputop.config import Config
+from gputop.feeds import ReplayFeed
 from gputop.messages import SnapshotFailed, SnapshotSaved
 from gputop.widgets.verdict_panel import VerdictPanel
 from tests.frames_fixture import make_frames
@@ -39,11 +40,11 @@ async def test_s_writes_a_private_bundle_with_the_screenshot_beside_it(
 
 
 async def test_replay_of_a_bundle_shows_its_last_frame_and_scrubs(tmp_path: Path) -> None:
-    from gputop.app import _replay_feed
+    from gputop.feeds import replay_feed
     from gputop.snapshot import write_bundle
 
     path = write_bundle(make_frames(12), {}, str(tmp_path), None, True)
-    app = GputopApp(_replay_feed(path))
+    app = GputopApp(replay_feed(path))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         assert app.query_one(VerdictPanel).state == "busy_but_starving"

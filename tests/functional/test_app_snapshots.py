@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from tests.frames_fixture import STARVING_TRAINER_PID, make_frames
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.widgets.gpu_panel import GpuPanel
 from gputop.widgets.process_table import row_key

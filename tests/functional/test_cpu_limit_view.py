@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.screens.process import ProcessScreen
 from gputop.screens.sort import SortScreen
@@ -74,7 +75,7 @@ async def test_an_inferred_share_ends_in_a_tilde_in_the_table_and_the_bar() -> N
         rows = _rows(table)
         trainer = next(r for r in rows[1:] if r.split()[0] == str(STARVING_TRAINER_PID))
         assert _cell(rows[0], trainer, "THR%") == f"{TRAINER_THROTTLED_PCT}~"
-        bar = str(app.query_one(TrainerWaitBars).render()).splitlines()[0]
+        bar = app.query_one(TrainerWaitBars).text.splitlines()[0]
         assert f"throttled~ {TRAINER_THROTTLED_PCT:.0f}" in bar, bar
 
 
@@ -85,7 +86,7 @@ async def test_without_a_limit_there_is_no_thr_column() -> None:
         table = app.query_one(ProcessTable)
         assert "THR%" not in _line(table, 0)
         assert "throttled" not in table.shown_columns
-        assert "throttled" not in str(app.query_one(TrainerWaitBars).render())
+        assert "throttled" not in app.query_one(TrainerWaitBars).text
 
 
 async def test_sorting_by_thr_from_f6_puts_the_most_throttled_first() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.screens.process import ProcessScreen
 from gputop.snapshot import load_bundle, write_bundle

@@ -130,7 +130,7 @@ async def test_every_tick_moves_the_verdict_run_the_time_bars_and_the_sparklines
             verdict = panel.text.splitlines()[0]
             # What the terminal shows on the panel's first line is this tick's title.
             assert verdict.rstrip() in terminal.lines()[panel.region.y]
-            bars = str(app.query_one(TrainerWaitBars).render())
+            bars = app.query_one(TrainerWaitBars).text
             sparks = panel_text(app.query(GpuPanel).first())
             seen.append((verdict, bars, sparks))
         for before, after in pairwise(seen[2:]):

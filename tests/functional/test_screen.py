@@ -17,7 +17,8 @@ from typing import Any
 
 from textual.widgets import Label
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.fixes import cpu_list as format_cpu_list
 from gputop.model.frame import Frame
 from gputop.screens.help import HelpScreen

@@ -48,6 +48,21 @@ def test_ctrl_c_quits_even_from_the_filter_input() -> None:
     assert g.finish() == 0, g.text()[-2000:]
 
 
+def test_keys_work_after_a_suspend_and_resume() -> None:
+    # SIGTSTP stops input (Textual ends the input thread), SIGCONT starts a new one.
+    g = PtyGputop("--no-bpf", "--demo", "healthy")
+    g.wait_for(lambda: g.drawn(FIRST_FRAME))
+    os.kill(g.proc.pid, signal.SIGTSTP)
+    time.sleep(0.5)
+    os.kill(g.proc.pid, signal.SIGCONT)
+    time.sleep(1.0)
+    mark = len(g.out)
+    os.write(g.master, b"p")
+    g.wait_for(lambda: b"PAUSED" in g.out[mark:], timeout_s=10)
+    os.write(g.master, b"q")
+    assert g.finish() == 0, g.text()[-2000:]
+
+
 @pytest.mark.parametrize("args", [[], ["--demo", "healthy"]], ids=["live", "demo"])
 def test_without_a_terminal_the_tui_refuses_in_one_line(args: list[str]) -> None:
     started = time.monotonic()

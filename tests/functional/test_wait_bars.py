@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gputop.app import GputopApp, ReplayFeed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.model.waits import wait_split
 from gputop.screens.process import ProcessScreen
@@ -18,7 +19,7 @@ async def _bar_text(frames: list[Frame], size: tuple[int, int]) -> str:
         await pilot.pause()
         bars = app.query_one(TrainerWaitBars)
         assert bars.display and bars.region.height >= 1
-        return str(bars.render())
+        return bars.text
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])

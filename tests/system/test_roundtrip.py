@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gputop.app import GputopApp, ReplayFeed, _replay_feed
+from gputop.app import GputopApp
+from gputop.feeds import ReplayFeed, replay_feed
 from gputop.model.frame import Frame
 from gputop.snapshot import collect_meta, write_bundle
 from tests.harness import run_gputop
@@ -27,7 +28,7 @@ async def test_recorded_demo_replays_from_a_bundle_exactly_as_recorded(tmp_path:
 
     direct = await screen_of(GputopApp(ReplayFeed(frames)), (120, 40))
     path = write_bundle(frames, collect_meta([]), str(tmp_path), None, redact=False)
-    replayed = await screen_of(GputopApp(_replay_feed(path)), (120, 40))
+    replayed = await screen_of(GputopApp(replay_feed(path)), (120, 40))
     assert direct[0] == replayed[0] == "busy_but_starving"
     assert replayed[1] == direct[1]
     assert "BUSY BUT STARVING" in replayed[1].replace("&#160;", " ")

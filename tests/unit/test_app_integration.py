@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gputop.app import run_app
 from gputop.config import Config
 from gputop.errors import UsageError
 from gputop.runtime import Options
+from gputop.tui import run_app
 
 
 def _args(**kw: object) -> argparse.Namespace:

@@ -8,9 +8,11 @@ from dataclasses import replace
 
 import pytest
 
+from gputop.model.fixes import cpu_list
 from gputop.model.frame import HostSample
+from gputop.model.jobcpus import job_cpus
 from gputop.widgets.gpu_area import GpuArea
-from gputop.widgets.host_header import HostHeader, job_cpus
+from gputop.widgets.host_header import HostHeader
 from gputop.widgets.sparkline import MISSING, sparkline
 from tests.frames_fixture import JOB_CPUS, STARVING_TRAINER_PID, make_frame
 
@@ -56,11 +58,11 @@ def test_io_pressure_stands_beside_cpu_pressure_where_the_kernel_reports_it() ->
 def test_jobs_cpus_are_the_union_over_each_trainer_and_its_workers() -> None:
     frame = make_frame(5)
     assert job_cpus(frame.processes) == [
-        (STARVING_TRAINER_PID, JOB_CPUS, None),
-        (4100, tuple(range(8)), None),
+        (STARVING_TRAINER_PID, JOB_CPUS, None, cpu_list(JOB_CPUS)),
+        (4100, tuple(range(8)), None, "0-7"),
     ]
     limited = [replace(p, cpu_quota=2.0) if p.pid == 3851 else p for p in frame.processes]
-    assert job_cpus(limited)[0] == (STARVING_TRAINER_PID, JOB_CPUS, 2.0)
+    assert job_cpus(limited)[0] == (STARVING_TRAINER_PID, JOB_CPUS, 2.0, cpu_list(JOB_CPUS))
 
 
 # ---- 5. any terminal size ------------------------------------------------------

@@ -49,3 +49,39 @@ def test_a_gpu_series_is_the_newest_values_and_shared_by_callers() -> None:
     assert view.gpu_series(uuid, "util", 0) == h.gpu_series(uuid, "util")
     assert view.paused and view.replay == "replay 3/30"
     assert STARVING_TRAINER_PID in {p.pid for p in view.frame.processes}
+
+
+def test_the_view_ranks_the_verdicts_and_splits_each_trainers_time_once() -> None:
+    h = History(600.0, 1.0)
+    for i in range(5):
+        h.add(make_frame(i))
+    view = screen_view(h)
+    assert view.frame is not None
+    # The starving GPU leads, the unknown one follows; the panel draws them in this order.
+    assert [v.state for v in view.verdicts] == ["busy_but_starving", "unknown"]
+    assert view.top == [view.verdicts[0]]
+    trainers = [p.pid for p, _ in view.trainer_waits]
+    assert STARVING_TRAINER_PID in trainers
+    for p, split in view.trainer_waits:
+        assert p.role == "trainer"
+        assert split == view.wait_split(p)
+    # The window's split of the starving trainer: one point per tick that measured it.
+    key = next(p.key for p, _ in view.trainer_waits if p.pid == STARVING_TRAINER_PID)
+    series = view.split_series(key)
+    assert len(series) == 5
+    assert series[-1][1] == next(s for p, s in view.trainer_waits if p.key == key)
+
+
+def test_the_view_says_where_each_job_may_run_and_how_much_it_was_throttled() -> None:
+    h = History(600.0, 1.0)
+    f = make_frame(0)
+    limited = tuple(
+        replace(p, cpus_allowed=(0, 1, 2, 3), cpu_quota=1.5)
+        if p.role in ("trainer", "dataloader") and (p.trainer_pid or p.pid) == STARVING_TRAINER_PID
+        else p
+        for p in f.processes
+    )
+    h.add(replace(f, processes=limited))
+    view = screen_view(h)
+    job = next(j for j in view.jobs if j.pid == STARVING_TRAINER_PID)
+    assert job.cpus == (0, 1, 2, 3) and job.cpus_text == "0-3" and job.quota == 1.5

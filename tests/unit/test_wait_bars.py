@@ -121,6 +121,30 @@ def test_throttled_time_is_carved_out_of_the_cpu_wait_never_counted_twice() -> N
                 assert split.pct(key) == whole.pct(key)
 
 
+def test_a_ranks_collective_wait_is_its_own_part_taken_from_other_and_only_for_ranks() -> None:
+    from gputop.model.waits import split_of
+    from gputop.widgets.wait_bars import COMPACT, GLYPHS, SHORT
+
+    # Blocked 60%: 10 for batches, 5 by interrupts, 40 woken by its gloo threads, 5 unknown.
+    args = dict(
+        offcpu_pct=70.0, runq_pct=10.0, wait_input_pct=10.0, wait_irq_pct=5.0,
+        wait_thread_pct=0.0, wait_other_pct=0.0,
+    )  # fmt: skip
+    plain = split_of(**args)  # type: ignore[arg-type]
+    rank = split_of(**args, wait_collective_pct=40.0)  # type: ignore[arg-type]
+    assert plain is not None and rank is not None
+    assert "collective" not in [s.key for s in plain.segments]
+    assert [s.key for s in rank.segments] == ["cpu", "runq", "input", "irq", "collective", "other"]
+    assert rank.pct("collective") == 40.0 and rank.pct("other") == 5.0
+    assert plain.pct("other") == 45.0  # without the class it was "other"
+    assert abs(sum(s.pct for s in rank.segments) - 100.0) < 1e-9
+    # With its CUDA synchronization measured too, and every class over-reported: scaled.
+    gpu = split_of(**{**args, "wait_input_pct": 30.0}, wait_collective_pct=60.0, gpu_sync_pct=0.0)  # type: ignore[arg-type]
+    assert gpu is not None and [s.key for s in gpu.segments][-2:] == ["collective", "other"]
+    assert abs(sum(s.pct for s in gpu.segments) - 100.0) < 1e-9
+    assert all(k in GLYPHS and k in SHORT and k in COMPACT for k in ("collective",))
+
+
 def test_the_limit_line_names_quota_file_burst_periods_and_cgroup() -> None:
     frame = cpu_limited(make_frames(1))[0]
     trainer = next(p for p in frame.processes if p.pid == STARVING_TRAINER_PID)
@@ -154,3 +178,13 @@ def test_preemptors_under_half_a_percent_are_not_listed_as_preemptors() -> None:
     assert wait_lines(replace(p, preemptors=()))[-1] == (
         "preempted by: nobody took 1% of its lost CPU time this interval"
     )
+
+
+def test_the_drill_down_names_a_ranks_place_in_its_job() -> None:
+    from gputop.screens.process import rank_text
+
+    p = next(p for p in make_frames(3)[-1].processes if p.pid == STARVING_TRAINER_PID)
+    rank = replace(p, job_id="run-7", rank=1, world_size=2, local_rank=1)
+    assert rank_text(rank) == "rank 1 of 2 (local 1), job run-7"
+    launcher_only = replace(p, job_id="launcher-4100")
+    assert rank_text(launcher_only) == "distributed job launcher-4100 (rank not readable)"
