@@ -20,21 +20,18 @@ import contextlib
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gputop.model.diagnosis import Diagnoser  # noqa: E402
 from gputop.model.frame import Frame  # noqa: E402
-from gputop.sampler import HostPass, Sampler  # noqa: E402
-from gputop.sources.nvml import NvmlSource  # noqa: E402
 from gputop.sources.sched_probe import BpfSchedProbe  # noqa: E402
 from tests.cgrouputil import read_throttled_loop_device  # noqa: E402
 from tests.fakecuda import build_fake_cuda  # noqa: E402
-from tests.fakenvml import FakeGpu, FakeNvml, FakeProc  # noqa: E402
+from tests.fakenvml import FakeGpu, FakeProc  # noqa: E402
+from tests.probeticks import sampled  # noqa: E402
 from tests.truthloop import running_loop  # noqa: E402
 
 # name: (CPU ms per sample, read IOPS cap or None for no reads, samples per batch)
@@ -50,24 +47,8 @@ SKIP = 2
 
 
 def _ticks(tmp: Path, pid: int, probe: BpfSchedProbe) -> list[Frame]:
-    fake = FakeNvml(
-        tmp / "nvml", [FakeGpu(util=[30], sm_util=[10], processes=[FakeProc(pid=pid, sm_pct=10)])]
-    )
-    fake.activate()
-    sampler = Sampler(
-        gpu=NvmlSource(), procs=HostPass(top_n=100_000), probe=probe, diagnoser=Diagnoser()
-    )
-    frames = []
-    sampler.gpu.open()
-    try:
-        next_at = time.monotonic()
-        for _ in range(TICKS):
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            frames.append(sampler.tick())
-            next_at += 1.0
-    finally:
-        sampler.gpu.close()
-    return frames
+    gpu = FakeGpu(util=[30], sm_util=[10], processes=[FakeProc(pid=pid, sm_pct=10)])
+    return sampled(tmp, [gpu], probe, TICKS)
 
 
 def _clock(path: Path, start: float, end: float) -> float | None:

@@ -26,23 +26,14 @@ import pytest
 from gputop.model.readings import Pipeline, ProbeReading
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets
-from gputop.sources.probe_loader import Unavailable
-from gputop.sources.probe_plan import preflight
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import Intervals
 from tests.fakecuda import HERE, build_fake_cuda
+from tests.probeticks import attached_probe, needs_probe
 from tests.procutil import HOG, kill_all, spawn_python
 from tests.truthloop import read_steps, running_loop
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the eBPF probe needs root"
-    pre = preflight()
-    return pre.reason if isinstance(pre, Unavailable) else None
-
-
-pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+pytestmark = needs_probe()
 
 POINTS = 3.0
 WAIT_MS = 20.0
@@ -54,11 +45,7 @@ RUNTIME_VERSION = 13000  # what a CUDA 13 runtime asks cuGetProcAddress for
 
 @pytest.fixture(scope="module")
 def probe() -> Iterator[BpfSchedProbe]:
-    p = BpfSchedProbe()
-    p.open()
-    assert p.wait_attached(180), p.status
-    yield p
-    p.close()
+    yield from attached_probe()
 
 
 @pytest.fixture(scope="module")

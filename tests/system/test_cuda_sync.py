@@ -24,8 +24,6 @@ from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets
 from gputop.sources.nvml import NvmlSource
-from gputop.sources.probe_loader import Unavailable
-from gputop.sources.probe_plan import preflight
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import (
     Intervals,
@@ -36,22 +34,11 @@ from tests.bpfutil import (
 )
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.probeticks import attached_probe, needs_probe
 from tests.procutil import HOG, kill_all, spawn_python
 from tests.truthloop import Step, blocked_share, read_steps, running_loop, span_share
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the eBPF probe needs root"
-    pre = preflight()
-    return pre.reason if isinstance(pre, Unavailable) else None
-
-
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.torch,
-    pytest.mark.skipif(_why_not() is not None, reason=str(_why_not())),
-]
+pytestmark = needs_probe(pytest.mark.torch)
 
 TICK_S = 1.0
 WINDOW_TICKS = 5
@@ -60,11 +47,7 @@ SYNC_POINTS = 3.0
 
 @pytest.fixture(scope="module")
 def probe() -> Iterator[BpfSchedProbe]:
-    p = BpfSchedProbe()
-    p.open()
-    assert p.wait_attached(180), p.status
-    yield p
-    p.close()
+    yield from attached_probe()
 
 
 @pytest.fixture(scope="module")

@@ -17,23 +17,15 @@ import pytest
 
 from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import HostPass, Sampler
-from gputop.sources.probe_loader import Unavailable
-from gputop.sources.probe_plan import preflight
 from gputop.sources.sched_probe import BpfSchedProbe
+from tests.probeticks import needs_probe
 from tests.procutil import kill_all
 
 CLK = os.sysconf("SC_CLK_TCK")
 TICK_S = 0.5
 
 
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the eBPF probe needs root"
-    pre = preflight()
-    return pre.reason if isinstance(pre, Unavailable) else None
-
-
-pytestmark = [pytest.mark.root, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
+pytestmark = needs_probe()
 
 
 @pytest.fixture

@@ -21,31 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from gputop.model.diagnosis import Diagnoser
 from gputop.model.frame import Frame, ProcessSample
-from gputop.sampler import HostPass, Sampler
-from gputop.sources.nvml import NvmlSource
-from gputop.sources.probe_loader import Unavailable
-from gputop.sources.probe_plan import preflight
 from gputop.sources.sched_probe import BpfSchedProbe
-from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.fakenvml import FakeGpu, FakeProc
+from tests.probeticks import attached_probe, needs_probe, sampled
 from tests.rankloop import rank_job, read_spans, share
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the eBPF probe needs root"
-    if (os.cpu_count() or 1) < 2:
-        return "needs 2 CPUs (one per rank)"
-    pre = preflight()
-    return pre.reason if isinstance(pre, Unavailable) else None
-
-
-pytestmark = [
-    pytest.mark.root,
+pytestmark = needs_probe(
     pytest.mark.torch,
-    pytest.mark.skipif(_why_not() is not None, reason=str(_why_not())),
-]
+    pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs (one per rank)"),
+)
 
 TICK_S = 1.0
 TICKS = 6
@@ -55,11 +40,7 @@ FIRST = 2  # the third tick
 
 @pytest.fixture(scope="module")
 def probe() -> Iterator[BpfSchedProbe]:
-    p = BpfSchedProbe()
-    p.open()
-    assert p.wait_attached(180), p.status
-    yield p
-    p.close()
+    yield from attached_probe()
 
 
 def _hogs(cpu: int, n: int) -> list[subprocess.Popen[bytes]]:
@@ -70,26 +51,7 @@ def _hogs(cpu: int, n: int) -> list[subprocess.Popen[bytes]]:
 def _ticks(tmp_path: Path, pids: list[int], probe: BpfSchedProbe) -> list[Frame]:
     """TICKS frames of a new sampler; rank r's pid holds fake GPU r (busy, SMs 10%)."""
     gpus = [FakeGpu(util=[90], sm_util=[10], processes=[FakeProc(pid=p, sm_pct=10)]) for p in pids]
-    fake = FakeNvml(tmp_path / "nvml", gpus)
-    fake.activate()
-    sampler = Sampler(
-        gpu=NvmlSource(),
-        procs=HostPass(top_n=100_000),
-        probe=probe,
-        diagnoser=Diagnoser(),
-        interval_s=TICK_S,
-    )
-    frames = []
-    try:
-        sampler.gpu.open()
-        next_at = time.monotonic()
-        for _ in range(TICKS):
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            frames.append(sampler.tick())
-            next_at += TICK_S
-    finally:
-        sampler.gpu.close()
-    return frames
+    return sampled(tmp_path, gpus, probe, TICKS, TICK_S)
 
 
 def _run(

@@ -16,38 +16,21 @@ tick after it is shown), the third's the probe's; the processes' window restarts
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gputop.model.diagnosis import Diagnoser
 from gputop.model.frame import Frame, ProcessSample
-from gputop.sampler import HostPass, Sampler
-from gputop.sources.nvml import NvmlSource
-from gputop.sources.probe_loader import Unavailable
-from gputop.sources.probe_plan import preflight
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.cgrouputil import blkio_hierarchy, read_throttled_loop_device
 from tests.fakecuda import build_fake_cuda
-from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.fakenvml import FakeGpu, FakeProc
+from tests.probeticks import attached_probe, needs_probe, sampled
 from tests.truthloop import read_steps, running_loop
 
-
-def _why_not() -> str | None:
-    if os.geteuid() != 0:
-        return "the eBPF probe needs root"
-    pre = preflight()
-    return pre.reason if isinstance(pre, Unavailable) else None
-
-
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.torch,
-    pytest.mark.skipif(_why_not() is not None, reason=str(_why_not())),
-]
+pytestmark = needs_probe(pytest.mark.torch)
 
 TICK_S = 1.0
 TICKS = 8
@@ -57,38 +40,13 @@ FIRST = 2  # the third tick: see the module docstring
 
 @pytest.fixture(scope="module")
 def probe() -> Iterator[BpfSchedProbe]:
-    p = BpfSchedProbe()
-    p.open()
-    assert p.wait_attached(180), p.status
-    yield p
-    p.close()
+    yield from attached_probe()
 
 
 def _ticks(tmp_path: Path, pid: int, util: int, sm: int, probe: BpfSchedProbe) -> list[Frame]:
     """TICKS frames of a new sampler and diagnoser, ``pid`` the fake GPU's process."""
-    fake = FakeNvml(
-        tmp_path / "nvml",
-        [FakeGpu(util=[util], sm_util=[sm], processes=[FakeProc(pid=pid, sm_pct=sm)])],
-    )
-    fake.activate()
-    sampler = Sampler(
-        gpu=NvmlSource(),
-        procs=HostPass(top_n=100_000),
-        probe=probe,
-        diagnoser=Diagnoser(),
-        interval_s=TICK_S,
-    )
-    frames = []
-    try:
-        sampler.gpu.open()
-        next_at = time.monotonic()
-        for _ in range(TICKS):
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            frames.append(sampler.tick())
-            next_at += TICK_S
-    finally:
-        sampler.gpu.close()
-    return frames
+    gpu = FakeGpu(util=[util], sm_util=[sm], processes=[FakeProc(pid=pid, sm_pct=sm)])
+    return sampled(tmp_path, [gpu], probe, TICKS, TICK_S)
 
 
 def _rows(frames: list[Frame], pick: object) -> list[list[ProcessSample]]:
