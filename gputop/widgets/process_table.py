@@ -178,8 +178,16 @@ def _mem(mib: int | None, on_gpu: bool) -> str:
     return f"{mib / 1024:.1f}G" if mib >= 1024 else f"{mib}M"
 
 
+def role_text(p: ProcessSample) -> str:
+    """The ROLE cell: ``train``, ``loader``, ``pin``; a distributed job's rank as ``rank1``."""
+    if p.role == "trainer" and p.rank is not None:
+        return f"rank{p.rank}"
+    return ROLE_SHORT.get(p.role, p.role)
+
+
 def matches(p: ProcessSample, needle: str) -> bool:
-    """Case-insensitive substring match on pid, user, role, command line and pod."""
+    """Case-insensitive substring match on pid, user, role (a rank's ``rankN``), its job,
+    command line and pod."""
     if not needle:
         return True
     n = needle.lower()
@@ -187,6 +195,8 @@ def matches(p: ProcessSample, needle: str) -> bool:
         n in str(p.pid)
         or n in p.user.lower()
         or n in p.role.lower()
+        or n in role_text(p)
+        or (p.job_id is not None and n in p.job_id.lower())
         or n in p.comm.lower()
         or n in p.cmdline.lower()
         or (p.pod_name is not None and n in f"{p.pod_namespace}/{p.pod_name}".lower())
@@ -484,7 +494,7 @@ class ProcessTable(ScrollView, can_focus=True):
         )
         row: Row = {
             "pid": (str(p.pid), ""),
-            "role": (ROLE_SHORT.get(p.role, p.role), role_cls),
+            "role": (role_text(p), role_cls),
             "user": (p.user[:8], ""),
             "cpu": _pct(p.cpu_pct, 90.0, 60.0),
             "offcpu": _pct(p.offcpu_pct, 50.0, 25.0),

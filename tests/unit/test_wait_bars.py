@@ -188,3 +188,13 @@ def test_the_drill_down_names_a_ranks_place_in_its_job() -> None:
     assert rank_text(rank) == "rank 1 of 2 (local 1), job run-7"
     launcher_only = replace(p, job_id="launcher-4100")
     assert rank_text(launcher_only) == "distributed job launcher-4100 (rank not readable)"
+
+
+def test_the_table_names_a_rank_in_its_role_cell_and_filters_by_rank_and_job() -> None:
+    from gputop.widgets.process_table import matches, role_text
+
+    p = next(p for p in make_frames(3)[-1].processes if p.pid == STARVING_TRAINER_PID)
+    rank = replace(p, job_id="Run-7", rank=1, world_size=2)
+    assert (role_text(p), role_text(rank)) == ("train", "rank1")
+    assert matches(rank, "rank1") and matches(rank, "run-7")
+    assert not matches(p, "rank1") and not matches(p, "run-7")
