@@ -215,7 +215,8 @@ def arrange(
     """Rows in display order with each row's tree prefix ("" at the top level).
 
     In tree mode a DataLoader or pin-memory worker whose trainer is shown sits
-    under that trainer; siblings and top-level rows are sorted alike. ``since``
+    under that trainer; siblings and top-level rows are sorted alike, but a distributed
+    job's ranks stay together in rank order, where the first of them sorts. ``since``
     holds each process's preemptions since gputop began watching (the PRE column).
     """
     col = column(sort_key)
@@ -243,12 +244,26 @@ def arrange(
             children.setdefault(parent, []).append(p)
         else:
             roots.append(p)
+    # A distributed job's ranks stay together, in rank order, where its first one sorts.
+    ranks: dict[str, list[ProcessSample]] = {}
+    for p in roots:
+        if p.job_id is not None:
+            ranks.setdefault(p.job_id, []).append(p)
     out: list[tuple[ProcessSample, str]] = []
-    for root in order(roots):
-        out.append((root, ""))
-        kids = order(children.get(root.pid, []))
-        for i, kid in enumerate(kids):
-            out.append((kid, "└─ " if i == len(kids) - 1 else "├─ "))
+    placed: set[str] = set()
+    for first in order(roots):
+        if first.job_id is not None:
+            if first.job_id in placed:
+                continue
+            placed.add(first.job_id)
+            group = sorted(ranks[first.job_id], key=lambda p: (p.rank is None, p.rank, p.pid))
+        else:
+            group = [first]
+        for root in group:
+            out.append((root, ""))
+            kids = order(children.get(root.pid, []))
+            for i, kid in enumerate(kids):
+                out.append((kid, "└─ " if i == len(kids) - 1 else "├─ "))
     return out
 
 

@@ -105,6 +105,13 @@ def _step_cpu_share(steps: list[Step], t0: float, t1: float) -> float:
     return span_share(((s.next_end, s.step_end, s.step_cpu_ns) for s in steps), t0, t1)
 
 
+def _steal_s() -> float:
+    """Seconds the hypervisor stole from this VM's CPUs so far, all CPUs summed (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 def _mean(values: list[float | None]) -> float:
     got = [v for v in values if v is not None]
     assert got, "no measured value in the window"
@@ -126,7 +133,9 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
             sampler.tick()
             # The library is probed from the interval after the one it was found in.
             _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+            steal0 = _steal_s()
             times, frames = _window(sampler, WINDOW_TICKS + 1)
+            steal = _steal_s() - steal0
             steps = read_steps(out)
     finally:
         kill_all(hog_procs)
@@ -175,7 +184,13 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
             for r, a, b in zip(rows, times[:-1], times[1:], strict=True)
         ]
         print(f"  per interval (gputop, own clock): {per}")
-        assert spin == pytest.approx(truth_spin, abs=SYNC_POINTS)
+        # The probe's on-CPU time is the guest scheduler's (from switch-in to switch-out);
+        # the thread's CPU clock leaves out what the hypervisor stole meanwhile
+        # (CONFIG_PARAVIRT_TIME_ACCOUNTING): the probe may read higher by at most the steal
+        # of all CPUs over the window (one clean-clone run: 59.4 against 55.4).
+        stolen = 100.0 * steal / (t1 - t0)
+        print(f"  steal over the window, all CPUs: {stolen:.1f} % of it")
+        assert truth_spin - SYNC_POINTS <= spin <= truth_spin + SYNC_POINTS + stolen
         assert spin > (5.0 if hogs else 0.5 * truth_sync), (spin, truth_sync)
     else:
         assert _mean([r.gpu_sync_spin_pct for r in rows if r]) < 5.0

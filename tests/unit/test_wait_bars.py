@@ -198,3 +198,28 @@ def test_the_table_names_a_rank_in_its_role_cell_and_filters_by_rank_and_job() -
     assert (role_text(p), role_text(rank)) == ("train", "rank1")
     assert matches(rank, "rank1") and matches(rank, "run-7")
     assert not matches(p, "rank1") and not matches(p, "run-7")
+
+
+def test_in_tree_mode_a_jobs_ranks_stay_together_in_rank_order_with_their_workers() -> None:
+    from gputop.widgets.process_table import arrange
+
+    procs = list(make_frames(3)[-1].processes)
+    starving = next(p for p in procs if p.pid == STARVING_TRAINER_PID)
+    other = next(p for p in procs if p.pid == OTHER_TRAINER_PID)
+    # Rank 1 is the busier one; an unrelated process sorts between the two ranks by CPU.
+    rank0 = replace(other, job_id="run-7", rank=0, world_size=2, cpu_pct=5.0)
+    rank1 = replace(starving, job_id="run-7", rank=1, world_size=2, cpu_pct=90.0)
+    middle = next(p for p in procs if p.role == "other")
+    middle = replace(middle, cpu_pct=50.0)
+    rest = [p for p in procs if p.pid not in {rank0.pid, rank1.pid, middle.pid}]
+    rows = arrange([rank0, rank1, middle, *rest], sort_key="cpu")
+    top = [p.pid for p, prefix in rows if prefix == "" and p.job_id == "run-7"]
+    assert top == [rank0.pid, rank1.pid]
+    # Together: rank 0 right above rank 1's own block (rank 0's workers between them).
+    pids = [p.pid for p, _ in rows]
+    between = pids[pids.index(rank0.pid) + 1 : pids.index(rank1.pid)]
+    assert all(p.trainer_pid == rank0.pid for p, _ in rows if p.pid in between), between
+    # Where the first of them sorts: the busier rank 1 puts the job above the 50 % process.
+    assert pids.index(rank0.pid) < pids.index(middle.pid)
+    flat = arrange([rank0, rank1, middle, *rest], tree=False)
+    assert flat[0][0].pid == rank1.pid  # flat, they sort apart
