@@ -12,15 +12,23 @@ a pipe that belongs to the running thread, which wakes the poll.
 The thread ends by itself at end of input (the terminal hung up), and
 ``stop_input_threads`` ends any that are left once the app has returned, so a
 hung-up terminal never keeps the process alive.
+
+Output goes through ``TerminalWriter`` instead of Textual's writer thread. Textual's
+dies at the first write that fails (a terminal that hung up answers EIO), and its
+queue holds 30 writes: the app's last screen updates fill it, and the ``put`` of
+the stop that ends the app then waits for ever (seen as a gputop left behind, about
+one ``tmux kill-session`` in ten). ``TerminalWriter`` drops what it can no longer
+write and always takes the stop.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import selectors
 import threading
 from codecs import getincrementaldecoder
-from typing import Any
+from typing import IO, Any
 from weakref import WeakSet
 
 from textual._parser import ParseError
@@ -57,6 +65,72 @@ class WakingEvent(threading.Event):
                     pass
 
 
+class TerminalWriter(threading.Thread):
+    """Writes to the terminal in the background; a failed write drops the rest, never blocks.
+
+    The interface of Textual's ``WriterThread`` (``write``, ``flush``, ``isatty``,
+    ``fileno``, ``stop``): a bounded queue (a slow terminal holds the app back rather
+    than piling up screens), flushed whenever it runs empty. Once a write fails (the
+    terminal hung up or closed), later writes are taken and dropped, so neither the
+    app's last updates nor its stop can wait on a thread that no longer writes.
+    """
+
+    QUEUED = 30
+    STOP_WAIT_S = 2.0
+
+    def __init__(self, file: IO[str]) -> None:
+        super().__init__(daemon=True, name="gputop-output")
+        self._queue: queue.Queue[str | None] = queue.Queue(self.QUEUED)
+        self._file = file
+        # Set at the first write that failed: the terminal is gone.
+        self.failed: BaseException | None = None
+
+    def write(self, text: str) -> None:
+        if self.failed is not None or not self.is_alive():
+            return
+        self._queue.put(text)
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def flush(self) -> None:
+        """Nothing to do here: the thread flushes when its queue runs empty."""
+
+    def run(self) -> None:
+        get = self._queue.get
+        while True:
+            text = get()
+            if text is None:
+                break
+            if self.failed is not None:
+                continue
+            try:
+                self._file.write(text)
+                if self._queue.qsize() == 0:
+                    self._file.flush()
+            except (OSError, ValueError) as exc:
+                # EIO from a hung-up terminal, or the file closed under us.
+                self.failed = exc
+        if self.failed is None:
+            try:
+                self._file.flush()
+            except (OSError, ValueError) as exc:
+                self.failed = exc
+
+    def stop(self) -> None:
+        """End the thread once it has written what is queued (if it still can); never hangs."""
+        if not self.is_alive():
+            return
+        try:
+            self._queue.put(None, timeout=self.STOP_WAIT_S)
+        except queue.Full:
+            return
+        self.join(self.STOP_WAIT_S)
+
+
 # Every driver whose input thread may be running: run_app stops them after the app returns.
 _DRIVERS: WeakSet[QuietLinuxDriver] = WeakSet()
 
@@ -70,6 +144,20 @@ class QuietLinuxDriver(LinuxDriver):
         # How many times the input thread came out of poll (tests read it).
         self.wakes = 0
         _DRIVERS.add(self)
+
+    def start_application_mode(self) -> None:
+        """Textual's start, then its writer thread handed over to a ``TerminalWriter``."""
+        super().start_application_mode()  # type: ignore[no-untyped-call]
+        theirs = self._writer_thread
+        file = self._file
+        if theirs is None or file is None or isinstance(theirs, TerminalWriter):
+            return
+        # What the start queued is written first: their thread ends after it (fewer
+        # than 30 writes, so its stop cannot wait on a full queue), then ours takes over.
+        theirs.stop()
+        ours = TerminalWriter(file)
+        ours.start()
+        self._writer_thread = ours  # type: ignore[assignment]
 
     def run_input_thread(self) -> None:
         """Read the terminal until stopped or the input ends; sleep while nothing is due."""

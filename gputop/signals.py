@@ -109,6 +109,10 @@ class LoopStopper:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.status is None:
             self.status = exit_status(signum)
+        # Leaving: nothing may resume the terminal any more. A hang-up brings SIGCONT right
+        # after SIGHUP, before the loop runs the stop; Textual's SIGCONT handler would start
+        # the terminal again on the way out. (Signal handlers run in the main thread.)
+        signal.signal(signal.SIGCONT, signal.SIG_DFL)
         loop = self._loop
         if loop is None:
             return

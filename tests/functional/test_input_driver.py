@@ -1,6 +1,7 @@
 """The quiet input thread on a real pseudo-terminal: it reads keys at once, resolves a lone
 Esc, sleeps while nothing happens, stops when asked or when the terminal hangs up, and
-reads again after a suspend and resume."""
+reads again after a suspend and resume. The output thread writes in order, and a terminal
+that hung up never makes the app's last writes or its stop wait."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from textual import events
 from textual.message import Message
 
-from gputop.driver import QuietLinuxDriver, stop_input_threads
+from gputop.driver import QuietLinuxDriver, TerminalWriter, stop_input_threads
 
 
 class RecordingDriver(QuietLinuxDriver):
@@ -160,3 +161,80 @@ def test_stop_input_threads_ends_a_thread_left_running(terminal: tuple[int, int]
     time.sleep(0.1)
     stop_input_threads(0.5)
     assert not thread.is_alive()
+
+
+def read_until(master: int, wanted: bytes, timeout_s: float = 2.0) -> bytes:
+    """What the terminal shows until ``wanted`` has arrived."""
+    got = b""
+    deadline = time.monotonic() + timeout_s
+    while wanted not in got:
+        assert time.monotonic() < deadline, f"{wanted!r} never arrived: {got[-200:]!r}"
+        got += os.read(master, 65536)
+    return got
+
+
+def test_the_writer_writes_in_order_and_stops(terminal: tuple[int, int]) -> None:
+    master, slave = terminal
+    with open(slave, "w", closefd=False) as out:
+        writer = TerminalWriter(out)
+        writer.start()
+        for part in ("one ", "two ", "three."):
+            writer.write(part)
+        assert b"one two three." in read_until(master, b"three.")
+        writer.stop()
+    assert not writer.is_alive()
+    assert writer.failed is None
+
+
+def test_a_hung_up_terminal_never_makes_writes_or_the_stop_wait(terminal: tuple[int, int]) -> None:
+    # Textual's writer thread dies at the first failed write and its queue holds 30
+    # writes: the 31st, or the stop after them, then waits for ever (a gputop left
+    # behind after `tmux kill-session`).
+    master, slave = terminal
+    with open(slave, "w", closefd=False) as out:
+        writer = TerminalWriter(out)
+        writer.start()
+        os.close(master)  # the terminal hangs up
+        writer.write("x" * 5000)
+        done = threading.Event()
+
+        def last_screens_and_stop() -> None:
+            for _ in range(4 * TerminalWriter.QUEUED):
+                writer.write("y" * 100)
+            writer.stop()
+            done.set()
+
+        threading.Thread(target=last_screens_and_stop, daemon=True).start()
+        waited = not done.wait(2 * TerminalWriter.STOP_WAIT_S)
+        assert not waited, "the writes or the stop waited on the dead terminal"
+    assert isinstance(writer.failed, OSError)
+    assert not writer.is_alive()
+
+
+class PostedNothing:
+    """The app as the driver sees it at start: it posts the terminal's size to it."""
+
+    async def _post_message(self, message: Message) -> bool:
+        return True
+
+
+def test_the_driver_writes_through_a_terminal_writer(terminal: tuple[int, int]) -> None:
+    master, slave = terminal
+
+    async def start_and_stop() -> None:
+        driver = QuietLinuxDriver(PostedNothing(), mouse=False)  # type: ignore[arg-type]
+        driver.fileno = slave
+        with open(slave, "w", closefd=False) as out:
+            driver._file = out
+            driver.start_application_mode()
+            writer = driver._writer_thread
+            assert isinstance(writer, TerminalWriter)
+            driver.write("after-start")
+            shown = read_until(master, b"after-start")
+            # What the start wrote (the alternate screen) came first, through Textual's thread.
+            assert shown.index(b"\x1b[?1049h") < shown.index(b"after-start")
+            driver.stop_application_mode()
+            driver.close()
+            assert not writer.is_alive()
+
+    asyncio.run(start_and_stop())

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gputop.signals import deferred
+from gputop.signals import LoopStopper, deferred
 
 
 def test_a_signal_inside_is_honoured_on_leaving_never_inside() -> None:
@@ -60,3 +60,18 @@ def test_off_the_main_thread_it_defers_nothing_and_does_not_fail() -> None:
     t.start()
     t.join()
     assert not errors
+
+
+def test_an_exit_signal_stops_sigcont_from_resuming_the_terminal() -> None:
+    # A hang-up delivers SIGHUP and then SIGCONT, before the event loop runs the stop:
+    # Textual's SIGCONT handler would start the terminal again on the way out.
+    stops: list[int] = []
+    saved = signal.signal(signal.SIGCONT, lambda *_: stops.append(-1))
+    try:
+        with LoopStopper(stops.append) as stopper:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)  # the handler runs in the main thread, between bytecodes
+            assert stopper.status == 128 + signal.SIGHUP
+            assert signal.getsignal(signal.SIGCONT) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGCONT, saved)
