@@ -15,7 +15,7 @@ Pure functions, no I/O. The model reproduces how GPU_UTIL lies (docs/demo.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gputop.model.frame import GpuSample
 
@@ -37,6 +37,11 @@ class GpuSpec:
     idle_temp_c: float = 34.0
     temp_per_w: float = 0.072
     """Steady-state degrees above idle per watt above idle."""
+
+
+def board(spec: GpuSpec, index: int) -> GpuSpec:
+    """The node's GPU ``index``: the same board under its own UUID (GPU 0 keeps ``spec``'s)."""
+    return replace(spec, uuid=f"{spec.uuid[:-2]}{index:02x}") if index else spec
 
 
 @dataclass(frozen=True, slots=True)

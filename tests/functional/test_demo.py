@@ -24,6 +24,8 @@ NEEDS_ROOT = {
     "storage": "the storage demo needs root: it makes a loop device and throttles its reads",
     "trainer-work": "the trainer-work demo needs root: its verdict rests on the eBPF probe's"
     " measurements",
+    "straggler": "the straggler demo needs root: its verdict rests on the eBPF probe's"
+    " measurements",
 }
 
 
@@ -50,11 +52,12 @@ def test_a_demo_that_needs_root_says_so_in_one_line_and_exits_2(name: str) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root, so that only --no-bpf is missing")
-def test_a_demo_whose_verdict_needs_the_probe_refuses_no_bpf_in_one_line() -> None:
-    r = run_gputop("record", "--demo", "trainer-work", "--no-bpf", "--duration", "1", timeout=30)
+@pytest.mark.parametrize("name", ["trainer-work", "straggler"])
+def test_a_demo_whose_verdict_needs_the_probe_refuses_no_bpf_in_one_line(name: str) -> None:
+    r = run_gputop("record", "--demo", name, "--no-bpf", "--duration", "1", timeout=30)
     assert r.returncode == 2, r.stderr
     assert r.stdout == ""
     assert r.stderr == (
-        "gputop: error: the trainer-work demo's verdict rests on the eBPF probe's measurements:"
+        f"gputop: error: the {name} demo's verdict rests on the eBPF probe's measurements:"
         " run it without --no-bpf\n"
     )
