@@ -149,7 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
             "for it in every all-reduce, and names it",
             expect="busy_but_starving",
             expect_cause="straggler",
-            worker_cpu_ms=4.0,
+            worker_cpu_ms=1.0,
             launch_cpu_ms=18.0,
             kernels_per_step=10,
             gpu_ms=15.0,
