@@ -1,6 +1,6 @@
-"""`gputop record --demo` with an unknown scenario, a scenario that needs root without it, or
-one whose verdict needs the eBPF probe with ``--no-bpf``: one line and exit 2 (no workload
-starts)."""
+"""`gputop record --demo` with an unknown scenario, a scenario that needs root without it, one
+whose verdict needs the eBPF probe with ``--no-bpf``, or the straggler demo on one CPU: one
+line and exit 2 (no workload starts)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,16 @@ def test_a_demo_whose_verdict_needs_the_probe_refuses_no_bpf_in_one_line(name: s
         f"gputop: error: the {name} demo's verdict rests on the eBPF probe's measurements:"
         " run it without --no-bpf\n"
     )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, so that only the second CPU is missing")
+def test_the_straggler_demo_on_one_cpu_says_it_needs_one_per_rank() -> None:
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        pytest.skip("needs taskset to give gputop one CPU")
+    r = run_gputop(
+        "record", "--demo", "straggler", "--duration", "1", timeout=30, prefix=(taskset, "-c", "0")
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert r.stderr == "gputop: error: the straggler demo needs 2 CPUs (one per rank)\n"
