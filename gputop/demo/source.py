@@ -14,11 +14,11 @@ import gputop
 from gputop.demo import cgroup as demo_cgroup
 from gputop.demo import cudastub
 from gputop.demo import storage as demo_storage
-from gputop.demo.gpumodel import GpuSpec, board, model_sample
+from gputop.demo.gpumodel import GpuSpec, model_node
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.demo.scenarios import DEMO_CPUS, Scenario
 from gputop.errors import UsageError
-from gputop.model.frame import GpuProcess, GpuReading, SourceStatus
+from gputop.model.frame import GpuReading, SourceStatus
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 3.0
@@ -142,32 +142,9 @@ class DemoGpuSource:
         if not self._pages or self._prev is None:
             raise RuntimeError("demo GPU source is not open")
         self._check_alive()
-        now = time.monotonic_ns()
-        curs = [page.read() for page in self._pages]
-        t_prev, prevs = self._prev
-        self._prev = (now, curs)
-        samples = tuple(
-            model_sample(
-                board(self.spec, index),
-                self.scenario.profile,
-                index=index,
-                dt_s=(now - t_prev) / 1e9,
-                busy_s=(cur.busy_ns(now) - prev.busy_ns(t_prev)) / 1e9,
-                compute_s=(cur.compute_ns(now) - prev.compute_ns(t_prev)) / 1e9,
-                has_job=True,
-            )
-            for index, (cur, prev) in enumerate(zip(curs, prevs, strict=True))
-        )
-        procs = tuple(
-            GpuProcess(
-                pid=cur.trainer_pid,
-                gpu_index=s.index,
-                gpu_mem_mib=self.spec.job_mem_mib,
-                sm_pct=s.sm_active,
-            )
-            for cur, s in zip(curs, samples, strict=True)
-        )
-        return GpuReading(gpus=samples, processes=procs)
+        now = (time.monotonic_ns(), [page.read() for page in self._pages])
+        then, self._prev = self._prev, now
+        return model_node(self.spec, self.scenario.profile, then, now)
 
     def close(self) -> None:
         """Stop the workload and release everything; safe to call twice."""

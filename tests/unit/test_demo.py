@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from gputop.cli import main
 from gputop.demo import SCENARIOS, get_scenario
-from gputop.demo.gpumodel import GpuSpec, KernelProfile, board, clock_ratio, model_sample
+from gputop.demo.gpumodel import (
+    GpuSpec,
+    KernelProfile,
+    board,
+    clock_ratio,
+    model_node,
+    model_sample,
+)
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.errors import UsageError
 from gputop.runtime import Options, gpu_source
@@ -119,6 +126,25 @@ def test_each_gpu_of_the_node_is_the_same_board_under_its_own_uuid() -> None:
     assert {g.name for g in gpus} == {SPEC.name} and all(
         len(g.uuid) == len(SPEC.uuid) for g in gpus
     )
+
+
+def test_each_gpu_of_a_job_of_ranks_follows_its_own_rank_and_runs_its_trainer() -> None:
+    # Over one second both ranks kept a kernel queued throughout; rank 0's kernels computed
+    # 0.2 s of it, rank 1's 0.5 s: each GPU says what its own rank did, nothing more.
+    s = 1_000_000_000
+    then = [Progress(trainer_pid=10, step_t0_ns=1), Progress(trainer_pid=11, step_t0_ns=1)]
+    now = [
+        Progress(trainer_pid=10, step_t0_ns=1, sched_compute_ns=s // 5),
+        Progress(trainer_pid=11, step_t0_ns=1, sched_compute_ns=s // 2),
+    ]
+    r = model_node(SPEC, COMPUTE, (s, then), (2 * s, now))
+    assert [g.index for g in r.gpus] == [0, 1]
+    assert [(p.pid, p.gpu_index) for p in r.processes] == [(10, 0), (11, 1)]
+    assert [g.util for g in r.gpus] == [100.0, 100.0]
+    assert [g.sm_active for g in r.gpus] == [pytest.approx(18.0), pytest.approx(45.0)]
+    assert [g.uuid for g in r.gpus] == [board(SPEC, 0).uuid, board(SPEC, 1).uuid]
+    one = model_node(SPEC, COMPUTE, (s, then[:1]), (2 * s, now[:1]))
+    assert one.gpus == r.gpus[:1] and one.processes == r.processes[:1]
 
 
 def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
