@@ -80,8 +80,17 @@ def main() -> None:
         )
         print(
             f"{name:<16} {job / n:8.1f} {hogs / n:9.1f} {util / n:8.1f} {sm / n:5.1f}"
-            f" {runq / n:13.1f} {split}  {frames[-1]['verdicts'][0]['state']}"
+            f" {runq / n:13.1f} {split}  {verdict_of(sc.ranks, frames[-1])}"
         )
+
+
+def verdict_of(ranks: int, frame: dict[str, object]) -> str:
+    """The scenario's verdict: its GPU's, or in a job of ranks the last rank's, with its cause
+    (the numbers beside it are rank 0's, on GPU 0)."""
+    verdicts = frame["verdicts"]
+    assert isinstance(verdicts, list)
+    v = next(v for v in verdicts if v["gpu"] == ranks - 1)
+    return v["state"] if ranks == 1 else f"GPU {ranks - 1}: {v['state']}, cause {v['cause']}"
 
 
 if __name__ == "__main__":

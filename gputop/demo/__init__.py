@@ -12,8 +12,8 @@ __all__ = ["SCENARIOS", "Scenario", "demo_command", "demo_gpu_source", "get_scen
 
 
 def demo_gpu_source(name: str, probe: bool = True) -> GpuSource:
-    """The modelled GPU of scenario ``name`` (UsageError naming the valid ones if unknown, or
-    saying what the scenario needs that is missing: root, the probe, a C compiler).
+    """The modelled GPUs of scenario ``name`` (UsageError naming the valid ones if unknown, or
+    saying what the scenario needs that is missing: root, the probe, a C compiler, CPUs).
 
     ``probe``: the eBPF probe will run (no ``--no-bpf``)."""
     from gputop.demo.source import DemoGpuSource

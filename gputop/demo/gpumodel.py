@@ -15,9 +15,11 @@ Pure functions, no I/O. The model reproduces how GPU_UTIL lies (docs/demo.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from gputop.model.frame import GpuSample
+from gputop.demo.progress import Progress
+from gputop.model.frame import GpuProcess, GpuReading, GpuSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,11 @@ class GpuSpec:
     idle_temp_c: float = 34.0
     temp_per_w: float = 0.072
     """Steady-state degrees above idle per watt above idle."""
+
+
+def board(spec: GpuSpec, index: int) -> GpuSpec:
+    """The node's GPU ``index``: the same board under its own UUID (GPU 0 keeps ``spec``'s)."""
+    return replace(spec, uuid=f"{spec.uuid[:-2]}{index:02x}") if index else spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +120,35 @@ def model_sample(
         sm_clock_max_mhz=spec.sm_clock_max_mhz,
         power_avg_w=round(power, 1),
     )
+
+
+def model_node(
+    spec: GpuSpec,
+    profile: KernelProfile,
+    then: tuple[int, Sequence[Progress]],
+    now: tuple[int, Sequence[Progress]],
+) -> GpuReading:
+    """The node's modelled GPUs between two readings of the ranks' progress (``(monotonic ns,
+    progress of each rank)``): GPU ``r`` is driven by rank ``r``'s progress alone and runs
+    its trainer."""
+    t0, prev = then
+    t1, cur = now
+    gpus = tuple(
+        model_sample(
+            board(spec, index),
+            profile,
+            index=index,
+            dt_s=(t1 - t0) / 1e9,
+            busy_s=(c.busy_ns(t1) - p.busy_ns(t0)) / 1e9,
+            compute_s=(c.compute_ns(t1) - p.compute_ns(t0)) / 1e9,
+            has_job=True,
+        )
+        for index, (p, c) in enumerate(zip(prev, cur, strict=True))
+    )
+    procs = tuple(
+        GpuProcess(
+            pid=c.trainer_pid, gpu_index=g.index, gpu_mem_mib=spec.job_mem_mib, sm_pct=g.sm_active
+        )
+        for c, g in zip(cur, gpus, strict=True)
+    )
+    return GpuReading(gpus=gpus, processes=procs)

@@ -60,10 +60,12 @@ class Progress:
 
 
 class ProgressPage:
-    """The shared page: ``write`` on the trainer's side, ``read`` on gputop's."""
+    """The shared page: ``write`` on the trainer's side, ``read`` on gputop's.
 
-    def __init__(self, fd: int) -> None:
-        self._mm = mmap.mmap(fd, SIZE)
+    ``rank``: which page of the file (one per rank of the straggler demo's job)."""
+
+    def __init__(self, fd: int, rank: int = 0) -> None:
+        self._mm = mmap.mmap(fd, SIZE, offset=rank * SIZE)
         self._seq = 0
 
     def write(self, p: Progress) -> None:

@@ -58,6 +58,11 @@ class Scenario:
     cuda_stand_in: bool = False
     """The trainer waits for its modelled GPU inside a CUDA driver call of a stand-in
     ``libcuda.so.1`` (built with cc), which the probe measures as a real one."""
+    ranks: int = 1
+    """Ranks of one distributed job on this node (exec'd with torchrun's environment), each
+    on its own demo CPU with its own modelled GPU; they meet in an all-reduce every step."""
+    rank0_hogs: int = 0
+    """CPU hogs on rank 0's CPU only (with ``ranks`` > 1): its host holds the job back."""
 
     def hogs(self, ncpu: int) -> int:
         """How many CPU hogs to start on ``ncpu`` CPUs."""
@@ -137,6 +142,20 @@ SCENARIOS: dict[str, Scenario] = {
             gpu_ms=10.0,
             needs_probe=True,
             cuda_stand_in=True,
+        ),
+        Scenario(
+            name="straggler",
+            summary="2 ranks of one job, CPU hogs on rank 0's CPU (needs root): rank 1 waits "
+            "for it in every all-reduce, and names it",
+            expect="busy_but_starving",
+            expect_cause="straggler",
+            worker_cpu_ms=1.0,
+            launch_cpu_ms=18.0,
+            kernels_per_step=10,
+            gpu_ms=15.0,
+            needs_probe=True,
+            ranks=2,
+            rank0_hogs=2,
         ),
         Scenario(
             name="memory-bound",

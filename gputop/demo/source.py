@@ -14,18 +14,19 @@ import gputop
 from gputop.demo import cgroup as demo_cgroup
 from gputop.demo import cudastub
 from gputop.demo import storage as demo_storage
-from gputop.demo.gpumodel import GpuSpec, model_sample
+from gputop.demo.gpumodel import GpuSpec, model_node
 from gputop.demo.progress import SIZE, Progress, ProgressPage
-from gputop.demo.scenarios import Scenario
+from gputop.demo.scenarios import DEMO_CPUS, Scenario
 from gputop.errors import UsageError
-from gputop.model.frame import GpuProcess, GpuReading, SourceStatus
+from gputop.model.frame import GpuReading, SourceStatus
 
 READY_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 3.0
 
 
 class DemoGpuSource:
-    """Starts the scenario's workload on ``open`` and reports its modelled GPU.
+    """Starts the scenario's workload on ``open`` and reports its modelled GPUs (one per rank:
+    GPU ``r`` runs rank ``r``'s trainer, driven by that rank's progress).
 
     The workload runs in its own process group; ``close`` asks its launcher to
     tear it down, kills the group if that takes too long, and reaps the launcher.
@@ -37,9 +38,9 @@ class DemoGpuSource:
         self._status = SourceStatus("gpu", "demo", True, None)
         self._proc: subprocess.Popen[bytes] | None = None
         self._fd: int | None = None
-        self._page: ProgressPage | None = None
+        self._pages: list[ProgressPage] = []
         self._errors: IO[bytes] | None = None
-        self._prev: tuple[int, Progress] | None = None
+        self._prev: tuple[int, list[Progress]] | None = None
         self._cgroup: str | None = None
         self._io_cgroup: str | None = None
         # Said before anything starts: without what it needs the demo cannot run at all.
@@ -59,6 +60,8 @@ class DemoGpuSource:
             )
         if scenario.cuda_stand_in:
             cudastub.compiler()
+        if scenario.ranks > min(DEMO_CPUS, len(os.sched_getaffinity(0))):
+            raise UsageError(f"the {scenario.name} demo needs {scenario.ranks} CPUs (one per rank)")
 
     @property
     def status(self) -> SourceStatus:
@@ -74,8 +77,8 @@ class DemoGpuSource:
         if self._proc is not None:
             return
         self._fd = os.memfd_create("gputop-demo", os.MFD_CLOEXEC)
-        os.ftruncate(self._fd, SIZE)
-        self._page = ProgressPage(self._fd)
+        os.ftruncate(self._fd, SIZE * self.scenario.ranks)
+        self._pages = [ProgressPage(self._fd, r) for r in range(self.scenario.ranks)]
         self._errors = tempfile.TemporaryFile()
         root = os.path.dirname(os.path.dirname(os.path.abspath(gputop.__file__)))
         env = dict(os.environ)
@@ -110,9 +113,10 @@ class DemoGpuSource:
         )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
-            p = self._page.read()
-            if p.ready:
-                self._prev = (time.monotonic_ns(), p)
+            now = time.monotonic_ns()
+            ps = [page.read() for page in self._pages]
+            if all(p.ready for p in ps):
+                self._prev = (now, ps)
                 return
             self._check_alive()
             if time.monotonic() > deadline:
@@ -134,30 +138,13 @@ class DemoGpuSource:
         raise RuntimeError(f"demo workload exited with status {rc}{why}")
 
     def read(self) -> GpuReading:
-        """The modelled GPU over the time since the previous read."""
-        if self._page is None or self._prev is None:
+        """The modelled GPUs over the time since the previous read."""
+        if not self._pages or self._prev is None:
             raise RuntimeError("demo GPU source is not open")
         self._check_alive()
-        now = time.monotonic_ns()
-        cur = self._page.read()
-        t_prev, prev = self._prev
-        self._prev = (now, cur)
-        sample = model_sample(
-            self.spec,
-            self.scenario.profile,
-            index=0,
-            dt_s=(now - t_prev) / 1e9,
-            busy_s=(cur.busy_ns(now) - prev.busy_ns(t_prev)) / 1e9,
-            compute_s=(cur.compute_ns(now) - prev.compute_ns(t_prev)) / 1e9,
-            has_job=True,
-        )
-        proc = GpuProcess(
-            pid=cur.trainer_pid,
-            gpu_index=0,
-            gpu_mem_mib=self.spec.job_mem_mib,
-            sm_pct=sample.sm_active,
-        )
-        return GpuReading(gpus=(sample,), processes=(proc,))
+        now = (time.monotonic_ns(), [page.read() for page in self._pages])
+        then, self._prev = self._prev, now
+        return model_node(self.spec, self.scenario.profile, then, now)
 
     def close(self) -> None:
         """Stop the workload and release everything; safe to call twice."""
@@ -171,9 +158,9 @@ class DemoGpuSource:
         io_cgroup, self._io_cgroup = self._io_cgroup, None
         if io_cgroup is not None and os.path.isdir(io_cgroup):
             demo_storage.remove(io_cgroup)
-        if self._page is not None:
-            self._page.close()
-            self._page = None
+        for page in self._pages:
+            page.close()
+        self._pages = []
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -14,6 +14,13 @@ a throttled loop device (``gputop.demo.storage``) that the workers read from the
 I/O cgroup (``--io-cgroup``); in the trainer-work demo the trainer waits for its modelled
 GPU inside the stand-in CUDA driver (``--cuda-lib``, ``gputop.demo.cudastub``).
 
+In the straggler demo the launcher execs one trainer per rank instead (``--rank R``, with
+torchrun's variables in its environment, each pinned to its own demo CPU, its workers
+with it), and its CPU hogs share rank 0's CPU only. The ranks meet in an all-reduce every
+step: each rank's ``pt_gloo_runloop`` thread swaps a token with the other ranks over a
+socket pair and wakes its main thread, as gloo's work loop does, so the waits it ends
+are the probe's collective waits.
+
 The trainer publishes its progress (``gputop.demo.progress``) in a memory page
 gputop passes as a file descriptor; gputop's modelled GPU turns it into numbers.
 Nothing outlives gputop: the launcher gets SIGTERM when gputop dies
@@ -25,10 +32,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import mmap
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -151,14 +161,54 @@ class _Gpu:
             time.sleep(left / 1e9)
 
 
+class Collective:
+    """A rank's all-reduce with the job's other ranks (one connected socket each).
+
+    Like gloo's, the exchange runs on the rank's own ``pt_gloo_runloop`` thread: the main
+    thread hands it the step and blocks until that thread wakes it with the result, so
+    the time the main thread waits for slower ranks is a wait the probe sees ended by a
+    collective-communication thread.
+    """
+
+    def __init__(self, peers: Sequence[int]) -> None:
+        self._peers = [socket.socket(fileno=fd) for fd in peers]
+        self._start_r, self._start_w = os.pipe()
+        self._done_r, self._done_w = os.pipe()
+        threading.Thread(target=self._loop, name="pt_gloo_runloop", daemon=True).start()
+
+    def all_reduce(self) -> bool:
+        """One step's all-reduce; False once another rank has gone."""
+        os.write(self._start_w, b"s")
+        return bool(os.read(self._done_r, 1))
+
+    def _loop(self) -> None:
+        set_name("pt_gloo_runloop")
+        try:
+            while os.read(self._start_r, 1):
+                for peer in self._peers:
+                    peer.sendall(b"t")
+                for peer in self._peers:
+                    if not peer.recv(1):
+                        return
+                os.write(self._done_w, b"d")
+        except OSError:
+            return
+        finally:
+            # Wakes the main thread with end-of-file: the job has lost a rank.
+            os.close(self._done_w)
+
+
 def trainer(
     sc: Scenario,
     page: ProgressPage,
     spec: GpuSpec,
     disk: Disk | None = None,
     cuda_lib: str | None = None,
+    peers: Sequence[int] = (),
 ) -> None:
-    """The training loop: next batch, launch the step's kernels, wait for the modelled GPU."""
+    """The training loop: next batch, launch the step's kernels, wait for the modelled GPU,
+    and with ``peers`` (sockets to the job's other ranks) meet them in an all-reduce (its
+    kernel stays queued on the GPU, computing nothing, until the slowest rank arrives)."""
     set_name("demo_trainer")
     me = os.getpid()
     gpu = _Gpu(cuda_lib)
@@ -183,6 +233,8 @@ def trainer(
         data_r.append(dt_r)
     for w in req_w:
         os.write(w, b"r" * sc.prefetch_factor)
+    # Started once the workers are: they fork without its thread.
+    collective = Collective(peers) if peers else None
     kernel_ns = int(sc.step_gpu_ms(spec) * 1e6 / sc.kernels_per_step)
     launch_ms = sc.launch_cpu_ms / sc.kernels_per_step
     p = Progress(trainer_pid=me)
@@ -212,6 +264,8 @@ def trainer(
         # torch.cuda.synchronize(): sleep until the modelled GPU finishes the step. The
         # step's kernels stay queued until the trainer is back on a CPU to see that.
         gpu.wait_until(free_at)
+        if collective is not None and not collective.all_reduce():
+            return
         step += 1
         p = replace(
             p,
@@ -243,6 +297,7 @@ def _confine_cpus() -> None:
 def launch(
     sc: Scenario,
     page: ProgressPage,
+    shm_fd: int,
     cgroup: str | None = None,
     io_cgroup: str | None = None,
     cuda_lib: str | None = None,
@@ -271,7 +326,10 @@ def launch(
         ncpu = len(os.sched_getaffinity(0))
         for _ in range(sc.hogs(ncpu)):
             children.append(_fork(hog))
-        children.append(_fork(lambda: trainer(sc, page, GpuSpec(), disk, cuda_lib)))
+        if sc.ranks > 1:
+            children += _start_ranks(sc, shm_fd)
+        else:
+            children.append(_fork(lambda: trainer(sc, page, GpuSpec(), disk, cuda_lib)))
         # Any child exiting on its own ends the demo: gputop reports it.
         os.wait()
         return 1
@@ -292,6 +350,63 @@ def launch(
             demo_storage.remove(io_cgroup)
         if disk_fd >= 0:
             os.close(disk_fd)
+
+
+def _start_ranks(sc: Scenario, shm_fd: int) -> list[int]:
+    """Exec one trainer per rank, rank ``r`` pinned to demo CPU ``r``, and rank 0's CPU
+    hogs on its CPU; each pair of ranks is connected by a socket pair for the all-reduce."""
+    cpus = sorted(os.sched_getaffinity(0))
+    ends: dict[int, list[socket.socket]] = {r: [] for r in range(sc.ranks)}
+    for a in range(sc.ranks):
+        for b in range(a + 1, sc.ranks):
+            sa, sb = socket.socketpair()
+            ends[a].append(sa)
+            ends[b].append(sb)
+    env = dict(os.environ)
+    env.update(
+        WORLD_SIZE=str(sc.ranks),
+        LOCAL_WORLD_SIZE=str(sc.ranks),
+        TORCHELASTIC_RUN_ID=f"gputop-demo-{os.getpid()}",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29500",
+    )
+    argv = [sys.executable, "-m", "gputop.demo.workload", "--scenario", sc.name]
+    argv += ["--shm-fd", str(shm_fd), "--parent", str(os.getpid())]
+
+    def rank(r: int) -> None:
+        os.sched_setaffinity(0, {cpus[r]})
+        # Only this rank's ends of the socket pairs survive its exec (the rest close, so a
+        # rank that dies ends its peers' all-reduce).
+        peers = [s.fileno() for s in ends[r]]
+        for fd in (shm_fd, *peers):
+            os.set_inheritable(fd, True)
+        ranked = {**env, "RANK": str(r), "LOCAL_RANK": str(r)}
+        os.execve(
+            sys.executable,
+            [*argv, "--rank", str(r), "--peers", ",".join(map(str, peers))],
+            ranked,
+        )
+
+    def rank0_hog() -> None:
+        os.sched_setaffinity(0, {cpus[0]})
+        hog()
+
+    try:
+        started = [_fork(functools.partial(rank, r)) for r in range(sc.ranks)]
+        started += [_fork(rank0_hog) for _ in range(sc.rank0_hogs)]
+        return started
+    finally:
+        for socks in ends.values():
+            for s in socks:
+                s.close()
+
+
+def rank_main(sc: Scenario, shm_fd: int, rank: int, peers: Sequence[int]) -> int:
+    """A rank of the straggler demo's job, exec'd by the launcher: its trainer, with the
+    all-reduce (its parent-death signal and CPU came through the exec)."""
+    page = ProgressPage(shm_fd, rank)
+    trainer(sc, page, GpuSpec(), peers=peers)
+    return 1
 
 
 def _reap_all(deadline_s: float) -> None:
@@ -315,7 +430,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cgroup", help="a CPU-limited cgroup to run the job in")
     ap.add_argument("--io-cgroup", help="the I/O cgroup to make for the throttled disk's readers")
     ap.add_argument("--cuda-lib", help="the stand-in libcuda.so.1 the trainer waits in")
+    ap.add_argument("--rank", type=int, help="run this rank's trainer (exec'd by the launcher)")
+    ap.add_argument("--peers", default="", help="the sockets to the other ranks (fds)")
     args = ap.parse_args(argv)
+    sc = SCENARIOS[args.scenario]
+    if args.rank is not None:
+        die_with_parent(args.parent)
+        peers = [int(fd) for fd in args.peers.split(",") if fd]
+        return rank_main(sc, args.shm_fd, args.rank, peers)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _stop)
     try:
@@ -324,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         set_name("gputop-demo")
         page = ProgressPage(args.shm_fd)
-        return launch(SCENARIOS[args.scenario], page, args.cgroup, args.io_cgroup, args.cuda_lib)
+        return launch(sc, page, args.shm_fd, args.cgroup, args.io_cgroup, args.cuda_lib)
     except _Stop:
         return 0
 

@@ -1,5 +1,6 @@
 """End to end: `gputop record --demo NAME` runs the real workload (CPU hogs in
-cpu-contention, a real CPU-limited cgroup in cpu-limit) and reaches its verdict, and nothing
+cpu-contention, a real CPU-limited cgroup in cpu-limit, two exec'd ranks of one job in
+straggler) and reaches its verdict, and nothing
 the demo started survives gputop's exit, Ctrl-C, SIGTERM, SIGHUP or SIGKILL: no process,
 and no cgroup."""
 
@@ -27,18 +28,18 @@ TICKS_TO_VERDICT = 5
 
 
 def summary(frames: list[dict[str, Any]]) -> str:
-    """What each frame saw, for failure messages: verdict, GPU, host, the job, the hogs."""
+    """What each frame saw, for failure messages: verdicts, GPUs, host, the job, the hogs."""
     lines = []
     for f in frames:
-        g = f["gpus"][0] if f["gpus"] else {}
+        verdicts = [(v["gpu"], v["state"], v["cause"]) for v in f["verdicts"]]
+        gpus = [(g["util"], g["sm_active"]) for g in f["gpus"]]
         job = [
-            (p["comm"], p["cpu_pct"], p["runq_pct"], p["offcpu_pct"])
+            (p["comm"], p["cpu_pct"], p["runq_pct"], p["offcpu_pct"], p["wait_collective_pct"])
             for p in f["processes"]
             if p["comm"] in ("demo_trainer", "pt_data_worker", "cpu_hog", "gputop-demo")
         ]
         lines.append(
-            f"{f['verdicts'][0]['state'] if f['verdicts'] else None} util={g.get('util')}"
-            f" sm={g.get('sm_active')} host={f['host']['cpu_pct']}/{f['host']['ncpu']} {job}"
+            f"{verdicts} util/sm={gpus} host={f['host']['cpu_pct']}/{f['host']['ncpu']} {job}"
         )
     return "\n".join(lines)
 
@@ -77,18 +78,30 @@ def _demo_cgroup(gputop_pid: int) -> Path | None:
     return None if found is None else found[0] / f"gputop-demo-{gputop_pid}"
 
 
+def _verdict(frame: dict[str, Any], gpu: int) -> dict[str, Any]:
+    (v,) = [v for v in frame["verdicts"] if v["gpu"] == gpu]
+    return v
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
     _skip_without_cgroups(name)
-    expected = SCENARIOS[name].expect
-    frames = record_demo(name, interval=0.5, duration=3.5, bpf=SCENARIOS[name].needs_probe)
-    states = [f["verdicts"][0]["state"] for f in frames]
+    sc = SCENARIOS[name]
+    expected = sc.expect
+    frames = record_demo(name, interval=0.5, duration=3.5, bpf=sc.needs_probe)
+    # The verdict the scenario is about: its GPU's, or in a job of ranks, the last rank's
+    # (one that waits for rank 0).
+    gpu = sc.ranks - 1
+    states = [_verdict(f, gpu)["state"] if f["verdicts"] else None for f in frames]
     assert expected in states[:TICKS_TO_VERDICT], summary(frames)
     assert states[-1] == expected, summary(frames)
-    cause = SCENARIOS[name].expect_cause
+    cause = sc.expect_cause
     if cause is not None:
-        assert frames[-1]["verdicts"][0]["cause"] == cause, summary(frames)
+        assert _verdict(frames[-1], gpu)["cause"] == cause, summary(frames)
     last = frames[-1]
+    assert len(last["gpus"]) == sc.ranks, summary(frames)
+    if sc.ranks > 1:
+        _assert_straggler_named(last, sc.ranks, frames)
     assert last["sources"]["gpu"] == "demo"
     (trainer,) = [p for p in last["processes"] if p["role"] == "trainer" and p["gpus"] == [0]]
     assert trainer["comm"] == "demo_trainer"
@@ -102,6 +115,26 @@ def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
     verdict = last["verdicts"][0]
     if expected != "ok":
         assert verdict["evidence"] and verdict["fixes"]
+
+
+def _assert_straggler_named(last: dict[str, Any], ranks: int, frames: list[dict[str, Any]]) -> None:
+    """Each GPU runs its rank's trainer, the ranks are one job (from their environment), the
+    last rank names rank 0 as the straggler, and rank 0 keeps its own verdict."""
+    trainers = []
+    for r in range(ranks):
+        (t,) = [p for p in last["processes"] if p["role"] == "trainer" and p["gpus"] == [r]]
+        trainers.append(t)
+    assert [(t["comm"], t["rank"], t["world_size"]) for t in trainers] == [
+        ("demo_trainer", r, ranks) for r in range(ranks)
+    ], trainers
+    assert trainers[0]["job_id"] is not None
+    assert {t["job_id"] for t in trainers} == {trainers[0]["job_id"]}
+    waiter = _verdict(last, ranks - 1)
+    assert f"rank 0 (pid {trainers[0]['pid']}, GPU 0)" in waiter["evidence"][1], waiter
+    assert "cause cpu_contention" in waiter["evidence"][1], waiter
+    own = _verdict(last, 0)
+    assert (own["state"], own["cause"]) == ("busy_but_starving", "cpu_contention"), summary(frames)
+    print(f"rank {ranks - 1}: wait_collective_pct {trainers[-1]['wait_collective_pct']}")
 
 
 def test_contention_really_lowers_sm_activity_against_healthy() -> None:
@@ -137,6 +170,7 @@ def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
         ("sigterm", "cpu-limit"),
         ("sigkill", "cpu-limit"),
         ("sigkill", "storage"),
+        ("sigkill", "straggler"),
     ],
 )
 def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
@@ -154,7 +188,7 @@ def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
         tree = descendants(proc.pid)
         comms = {proc_comm(pid) for pid in tree}
         assert {"gputop-demo", "demo_trainer", "pt_data_worker"} <= comms, comms
-        if SCENARIOS[name].hogs_per_cpu:
+        if SCENARIOS[name].hogs_per_cpu or SCENARIOS[name].rank0_hogs:
             assert "cpu_hog" in comms
         if cgroup is not None:
             # The whole job runs in the limited cgroup gputop made; in the storage demo's

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from gputop.cli import main
 from gputop.demo import SCENARIOS, get_scenario
-from gputop.demo.gpumodel import GpuSpec, KernelProfile, clock_ratio, model_sample
+from gputop.demo.gpumodel import (
+    GpuSpec,
+    KernelProfile,
+    board,
+    clock_ratio,
+    model_node,
+    model_sample,
+)
 from gputop.demo.progress import SIZE, Progress, ProgressPage
 from gputop.errors import UsageError
 from gputop.runtime import Options, gpu_source
@@ -97,6 +104,49 @@ def test_progress_page_round_trips_between_mappings() -> None:
         os.close(fd)
 
 
+def test_each_rank_page_is_its_own_between_mappings() -> None:
+    fd = os.memfd_create("test-progress")
+    try:
+        os.ftruncate(fd, 2 * SIZE)
+        pages = [ProgressPage(fd, r) for r in (0, 1)]
+        readers = [ProgressPage(fd, r) for r in (0, 1)]
+        pages[0].write(Progress(ready=1, trainer_pid=10, steps=3))
+        pages[1].write(Progress(ready=1, trainer_pid=11, steps=5))
+        assert [(p.trainer_pid, p.steps) for p in (r.read() for r in readers)] == [(10, 3), (11, 5)]
+        for page in (*pages, *readers):
+            page.close()
+    finally:
+        os.close(fd)
+
+
+def test_each_gpu_of_the_node_is_the_same_board_under_its_own_uuid() -> None:
+    gpus = [board(SPEC, i) for i in range(3)]
+    assert gpus[0] == SPEC
+    assert len({g.uuid for g in gpus}) == 3
+    assert {g.name for g in gpus} == {SPEC.name} and all(
+        len(g.uuid) == len(SPEC.uuid) for g in gpus
+    )
+
+
+def test_each_gpu_of_a_job_of_ranks_follows_its_own_rank_and_runs_its_trainer() -> None:
+    # Over one second both ranks kept a kernel queued throughout; rank 0's kernels computed
+    # 0.2 s of it, rank 1's 0.5 s: each GPU says what its own rank did, nothing more.
+    s = 1_000_000_000
+    then = [Progress(trainer_pid=10, step_t0_ns=1), Progress(trainer_pid=11, step_t0_ns=1)]
+    now = [
+        Progress(trainer_pid=10, step_t0_ns=1, sched_compute_ns=s // 5),
+        Progress(trainer_pid=11, step_t0_ns=1, sched_compute_ns=s // 2),
+    ]
+    r = model_node(SPEC, COMPUTE, (s, then), (2 * s, now))
+    assert [g.index for g in r.gpus] == [0, 1]
+    assert [(p.pid, p.gpu_index) for p in r.processes] == [(10, 0), (11, 1)]
+    assert [g.util for g in r.gpus] == [100.0, 100.0]
+    assert [g.sm_active for g in r.gpus] == [pytest.approx(18.0), pytest.approx(45.0)]
+    assert [g.uuid for g in r.gpus] == [board(SPEC, 0).uuid, board(SPEC, 1).uuid]
+    one = model_node(SPEC, COMPUTE, (s, then[:1]), (2 * s, now[:1]))
+    assert one.gpus == r.gpus[:1] and one.processes == r.processes[:1]
+
+
 def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
     expected = {
         "healthy": "ok",
@@ -107,6 +157,7 @@ def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
         "throttled": "throttled",
         "storage": "input_bound",
         "trainer-work": "host_bound",
+        "straggler": "busy_but_starving",
     }
     assert {n: s.expect for n, s in SCENARIOS.items() if n in expected} == expected
     assert SCENARIOS["cpu-contention"].hogs(2) > 2
@@ -122,8 +173,15 @@ def test_registry_has_the_required_scenarios_with_their_verdicts() -> None:
     assert disk.reads_per_batch >= 1 and disk.worker_cpu_ms <= 1.0 and disk.hogs(2) == 0
     assert (work.expect_cause, work.cuda_stand_in, work.needs_probe) == ("trainer_work", True, True)
     assert work.trainer_cpu_ms >= 3 * work.gpu_ms and work.hogs(2) == 0
+    # Straggler: the only job of 2 ranks, its hogs on rank 0's CPU only, its collective wait
+    # measured by the probe.
+    job = SCENARIOS["straggler"]
+    assert (job.ranks, job.expect_cause, job.hogs(2)) == (2, "straggler", 0)
+    assert job.rank0_hogs >= 1
+    assert {n for n, s in SCENARIOS.items() if s.ranks != 1} == {"straggler"}
+    assert all(s.rank0_hogs == 0 for s in SCENARIOS.values() if s.ranks == 1)
     probed = {n for n, s in SCENARIOS.items() if s.needs_probe}
-    assert probed == {"storage", "trainer-work"}
+    assert probed == {"storage", "trainer-work", "straggler"}
 
 
 def test_unknown_scenario_is_a_usage_error_naming_the_valid_ones() -> None:
