@@ -284,7 +284,7 @@ class HostHeader(LineWidget):
                 where = (
                     f"all {host.ncpu} CPUs"
                     if everywhere
-                    else f"CPUs {cpus_text} ({n_cpus} of {host.ncpu})"
+                    else f"CPU{'s' if n_cpus != 1 else ''} {cpus_text} ({n_cpus} of {host.ncpu})"
                 )
                 if quota is not None:
                     where += f", cgroup limit {quota:g} CPUs"

@@ -310,6 +310,9 @@ class VerdictPanel(Widget):
                 prefix = "  "
             for ev in verdict.evidence:
                 label = f"GPU {verdict.gpu}: " if len(top) > 1 and verdict in top else ""
+                if ev.startswith(label):
+                    # The GPU's own line already names it.
+                    label = ""
                 lines += [[(x, "")] for x in wrap(label + ev, width, prefix + "• ", prefix + "  ")]
             for k, fix in enumerate(verdict.fixes, start=1):
                 tag = "fix: " if len(verdict.fixes) == 1 else f"fix {k}: "
