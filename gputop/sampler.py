@@ -102,8 +102,6 @@ class Sampler:
     ) -> None:
         self.gpu: GpuSource = gpu or NoGpuSource("no GPU source configured")
         self.procs = procs or HostPass()
-        # What the probe watches from its next read on: the last tick's join output.
-        self._pipeline = Pipeline()
         self.probe = probe
         self.diagnoser = diagnoser
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
@@ -198,7 +196,6 @@ class Sampler:
             use = gpu_of.get(gp.pid) or GpuUse()
             gpu_of[gp.pid] = use.plus(gp.gpu_index, gp.gpu_mem_mib, gp.sm_pct)
         host = self._read_host(now_m, gpu_of, probe_rows)
-        self._pipeline = host.pipeline
         self._prepare_probe(host.pipeline)
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall
@@ -233,7 +230,8 @@ class Sampler:
         if self.probe is None:
             return None
         try:
-            return self.probe.read(self._pipeline)
+            # No pipeline: the last tick's was handed to prepare(), which applied it.
+            return self.probe.read()
         except Exception as exc:  # noqa: BLE001
             self._disable_probe(exc)
             return None
