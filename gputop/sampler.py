@@ -103,6 +103,10 @@ class Sampler:
         self.gpu: GpuSource = gpu or NoGpuSource("no GPU source configured")
         self.procs = procs or HostPass()
         self.probe = probe
+        # What the probe's next read must apply: at first an empty pipeline (a probe used
+        # before reads every row again, as this sampler's baseline); None once prepare()
+        # has applied the last tick's.
+        self._pipeline: Pipeline | None = Pipeline()
         self.diagnoser = diagnoser
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
         self.extra_notes = notes
@@ -230,8 +234,7 @@ class Sampler:
         if self.probe is None:
             return None
         try:
-            # No pipeline: the last tick's was handed to prepare(), which applied it.
-            return self.probe.read()
+            return self.probe.read(self._pipeline)
         except Exception as exc:  # noqa: BLE001
             self._disable_probe(exc)
             return None
@@ -241,6 +244,7 @@ class Sampler:
             return
         try:
             self.probe.prepare(pipeline)
+            self._pipeline = None
         except Exception as exc:  # noqa: BLE001
             self._disable_probe(exc)
 

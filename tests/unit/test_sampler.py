@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gputop.model.frame import SourceStatus
 from gputop.model.history import History
+from gputop.model.readings import Pipeline
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.procfs import ProcSource
 from tests.fakeproc import FakeProc, FakeProcTree
@@ -81,7 +82,8 @@ def test_the_probe_watches_a_ticks_pipeline_from_the_end_of_that_tick(tmp_path):
     kinds = [k for k, _ in probe.calls]
     assert kinds == ["read", "prepare", "read", "prepare"], kinds
     assert probe.calls[1][1] is not None
-    assert [p for k, p in probe.calls if k == "read"] == [None, None]
+    # The first read starts from an empty pipeline (every row read, as a baseline).
+    assert [p for k, p in probe.calls if k == "read"] == [Pipeline(), None]
 
 
 def test_a_probe_failing_to_prepare_is_disabled_and_sampling_goes_on(tmp_path):
