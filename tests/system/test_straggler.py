@@ -63,7 +63,7 @@ def _starved_ticks(tmp_path: Path, pids: list[int], probe: BpfSchedProbe) -> lis
     gloo's rendezvous on a starved CPU would only make the job slower to start."""
     procs = _hogs(0, 2)
     try:
-        time.sleep(1.0)  # the hogs on for a few steps before the first tick
+        time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm, hogs on
         return _ticks(tmp_path, pids, probe)
     finally:
         for h in procs:
@@ -139,7 +139,6 @@ def test_ddp_ranks_waiting_inside_backward_name_the_straggler(
     probe: BpfSchedProbe, tmp_path: Path
 ) -> None:
     with rank_job(tmp_path, 2, ["--mode", "ddp"]) as (_, pids, out):
-        time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm
         frames = _printed(_starved_ticks(tmp_path, pids, probe))
     _assert_named(frames, pids)
     t0, t1 = _window(frames)
