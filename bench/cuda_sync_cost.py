@@ -68,11 +68,12 @@ def per_call_ns(lib: Path, calls: int, probe: BpfSchedProbe | None, watch: bool)
         assert p.stdin is not None and p.stdout is not None
         assert p.stdout.readline() == "ready\n"
         if probe is not None:
-            probe.read(Pipeline({}, frozenset({p.pid}) if watch else frozenset()))
-            # The library is found and attached on the read after the process is watched.
+            pipe = Pipeline({}, frozenset({p.pid}) if watch else frozenset())
+            probe.read(pipe)
+            # The library is found and attached on a read handed the pipeline watching it.
             deadline = time.monotonic() + 10
             while not (probe.cuda and probe.cuda.functions()):
-                probe.read()
+                probe.read(pipe)
                 if time.monotonic() > deadline:
                     raise RuntimeError("the probe did not attach to the fake libcuda")
                 time.sleep(0.1)

@@ -102,9 +102,11 @@ class Sampler:
     ) -> None:
         self.gpu: GpuSource = gpu or NoGpuSource("no GPU source configured")
         self.procs = procs or HostPass()
-        # What the probe watches from its next read on: the last tick's join output.
-        self._pipeline = Pipeline()
         self.probe = probe
+        # What the probe's next read must apply: at first an empty pipeline (a probe used
+        # before reads every row again, as this sampler's baseline); None once prepare()
+        # has applied the last tick's.
+        self._pipeline: Pipeline | None = Pipeline()
         self.diagnoser = diagnoser
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
         self.extra_notes = notes
@@ -198,7 +200,6 @@ class Sampler:
             use = gpu_of.get(gp.pid) or GpuUse()
             gpu_of[gp.pid] = use.plus(gp.gpu_index, gp.gpu_mem_mib, gp.sm_pct)
         host = self._read_host(now_m, gpu_of, probe_rows)
-        self._pipeline = host.pipeline
         self._prepare_probe(host.pipeline)
         wall = time.time()
         interval = self.interval_s if self._last_wall is None else wall - self._last_wall
@@ -243,6 +244,7 @@ class Sampler:
             return
         try:
             self.probe.prepare(pipeline)
+            self._pipeline = None
         except Exception as exc:  # noqa: BLE001
             self._disable_probe(exc)
 

@@ -35,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_check_parts import (
+    PHASE_S,
     ROOT,
     CheckError,
     Phase,
@@ -245,7 +246,7 @@ def sync_run(run: Run, full: bool) -> dict[str, Any]:
     (``full``; else only the idle .item() phase), after a phase without gputop."""
     if "sync" in run.shared and (run.shared["sync"]["full"] or not full):
         return dict(run.shared["sync"])
-    phase_s, settle_s = 4.5, 0.8
+    phase_s, settle_s = run.phase_s, 0.8
     phases: list[Phase] = []
     with loop_running(run, "sync", "--gpu-ms", "20", "--kind", "item") as (loop, steps_path):
         path, offsets = loop_library(loop.pid)
@@ -416,9 +417,11 @@ def _jsonable(o: object) -> object:
     return str(o)
 
 
-def run_checks(selected: list[str], fake: bool, out_dir: Path, budget_s: float) -> int:
+def run_checks(
+    selected: list[str], fake: bool, out_dir: Path, budget_s: float, phase_s: float = PHASE_S
+) -> int:
     with tempfile.TemporaryDirectory(prefix="gpucheck-") as tmp:
-        run = Run(fake, Path(tmp), budget_s)
+        run = Run(fake, Path(tmp), budget_s, phase_s)
         results: list[Result] = []
         try:
             setup(run)
@@ -480,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fake", action="store_true", help="no GPU: the fake NVML and libcuda")
     ap.add_argument("--dry-run", action="store_true", help="list the checks and exit")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="stop starting checks after")
+    ap.add_argument(
+        "--phase-s", type=float, default=PHASE_S, help="seconds each measured phase of sync lasts"
+    )
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:
@@ -493,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
             return _usage(f"{what} (one of {', '.join(NAMES)})")
     if args.budget_s <= 0:
         return _usage("--budget-s must be positive")
+    if args.phase_s < 1.0:
+        return _usage("--phase-s must be at least 1 (two frames of gputop's in a phase)")
     if args.dry_run:
         for c in CHECKS:
             mark = " " if c.name in selected else "-"
@@ -506,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return _usage(f"--out {args.out}: {exc.strerror}")
     try:
-        return run_checks(selected, args.fake, args.out, args.budget_s)
+        return run_checks(selected, args.fake, args.out, args.budget_s, args.phase_s)
     except KeyboardInterrupt:
         print("gpu_check: interrupted", file=sys.stderr)
         return 130

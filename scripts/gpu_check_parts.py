@@ -27,6 +27,8 @@ import gpu_bundle  # noqa: E402
 
 LOOP = ROOT / "scripts" / "gpu_check_loop.py"
 INTERVAL_S = 0.5
+# How long each measured phase of the sync run lasts (its steps and frames are averaged).
+PHASE_S = 4.5
 READY_S = 90.0  # PyTorch, CUDA and the DataLoader workers starting
 # What gputop itself imports (pyproject.toml's dependencies, by module).
 NEEDED_MODULES = ("textual", "pynvml", "psutil", "prometheus_client", "plotext", "textual_plotext")
@@ -49,9 +51,10 @@ class Result:
 class Run:
     """One run of the checks: the machine, where files go, the deadline, the shared runs."""
 
-    def __init__(self, fake: bool, work: Path, budget_s: float) -> None:
+    def __init__(self, fake: bool, work: Path, budget_s: float, phase_s: float = PHASE_S) -> None:
         self.fake = fake
         self.work = work
+        self.phase_s = phase_s
         self.deadline = time.monotonic() + budget_s
         self.log_lines: list[str] = []
         self.cpus = sorted(os.sched_getaffinity(0))[-2:]

@@ -89,16 +89,12 @@ class CpuLimitedCgroup:
 def cpu_hierarchy() -> tuple[Path, bool] | None:
     """Where the cpu controller is (a v1 mount, or v2 where it lists cpu), and whether v2;
     None where there is none this process may write (not root)."""
-    from gputop.sources.cpulimits import _cgroup_mounts
+    from gputop.sources.cpulimits import controller_mount
 
-    v2, v1 = _cgroup_mounts("/proc")
-    if v1 is not None:
-        base, is_v2 = Path(v1), False
-    elif v2 is not None and "cpu" in (Path(v2) / "cgroup.controllers").read_text().split():
-        base, is_v2 = Path(v2), True
-    else:
+    found = controller_mount("cpu")
+    if found is None or not os.access(found[0], os.W_OK):
         return None
-    return (base, is_v2) if os.access(base, os.W_OK) else None
+    return Path(found[0]), found[1]
 
 
 @contextmanager

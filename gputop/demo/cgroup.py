@@ -16,7 +16,7 @@ import signal
 import time
 
 from gputop.errors import UsageError
-from gputop.sources.cpulimits import _cgroup_mounts, read_text
+from gputop.sources.cpulimits import controller_mount, read_text
 
 PERIOD_US = 100_000
 REMOVE_TIMEOUT_S = 3.0
@@ -27,17 +27,23 @@ def cpu_controller(proc_root: str = "/proc") -> tuple[str, bool]:
     cannot make a cgroup there (not root, or no writable cpu controller)."""
     if os.geteuid() != 0:
         raise UsageError("the cpu-limit demo needs root: it runs the job in a cgroup it makes")
-    v2, v1 = _cgroup_mounts(proc_root)
-    if v1 is not None:
-        base, is_v2 = v1, False
-    else:
-        controllers = read_text(f"{v2}/cgroup.controllers") if v2 is not None else None
-        if v2 is None or controllers is None or "cpu" not in controllers.split():
-            raise UsageError("the cpu-limit demo needs the cgroup cpu controller; none is mounted")
-        base, is_v2 = v2, True
+    return writable_controller("cpu-limit", "cpu", "cpu", proc_root)
+
+
+def writable_controller(
+    demo: str, v1_name: str, v2_name: str, proc_root: str = "/proc"
+) -> tuple[str, bool]:
+    """The mount of the cgroup controller called ``v1_name`` in v1 and ``v2_name`` in v2, and
+    whether it is v2; UsageError naming ``demo`` where none is mounted or it is not writable."""
+    found = controller_mount(v1_name, v2_name, proc_root)
+    if found is None:
+        name = v1_name if v1_name == v2_name else f"{v1_name} (v1) or {v2_name} (v2)"
+        raise UsageError(f"the {demo} demo needs the cgroup {name} controller; none is mounted")
+    base, is_v2 = found
     if not os.access(base, os.W_OK):
-        raise UsageError(f"the cpu-limit demo needs a writable cgroup cpu controller ({base})")
-    return base, is_v2
+        name = v2_name if is_v2 else v1_name
+        raise UsageError(f"the {demo} demo needs a writable cgroup {name} controller ({base})")
+    return found
 
 
 def make_cpu_limit(quota_cpus: float) -> str:

@@ -24,7 +24,6 @@ import tempfile
 
 from gputop.demo import cgroup as demo_cgroup
 from gputop.errors import UsageError
-from gputop.sources.cpulimits import read_text
 
 LOOP_CONTROL = "/dev/loop-control"
 BLOCK = 4096
@@ -39,20 +38,6 @@ _LO_FLAGS_AUTOCLEAR = 4
 _LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32sQQ")  # struct loop_info64: 232 bytes
 
 
-def _mounts() -> tuple[str | None, str | None]:
-    """Mount points of the cgroup v2 hierarchy and of the v1 ``blkio`` controller."""
-    v2 = v1 = None
-    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fstype, _src, opts = [*right.split(), "", "", ""][:3]
-        mnt = left.split()[4]
-        if fstype == "cgroup2":
-            v2 = v2 or mnt
-        elif fstype == "cgroup" and "blkio" in opts.split(","):
-            v1 = v1 or mnt
-    return v2, v1
-
-
 def io_controller() -> tuple[str, bool]:
     """The I/O controller's mount and whether it is cgroup v2; UsageError where the storage
     demo cannot throttle a device here (not root, no loop devices, no writable controller)."""
@@ -62,17 +47,7 @@ def io_controller() -> tuple[str, bool]:
         )
     if not os.path.exists(LOOP_CONTROL):
         raise UsageError(f"the storage demo needs loop devices ({LOOP_CONTROL} is missing)")
-    v2, v1 = _mounts()
-    if v1 is not None:
-        base, is_v2 = v1, False
-    else:
-        controllers = read_text(f"{v2}/cgroup.controllers") if v2 is not None else None
-        if v2 is None or controllers is None or "io" not in controllers.split():
-            raise UsageError("the storage demo needs the cgroup blkio (v1) or io (v2) controller")
-        base, is_v2 = v2, True
-    if not os.access(base, os.W_OK):
-        raise UsageError(f"the storage demo needs a writable cgroup I/O controller ({base})")
-    return base, is_v2
+    return demo_cgroup.writable_controller("storage", "blkio", "io")
 
 
 def cgroup_path(gputop_pid: int) -> str:

@@ -48,7 +48,10 @@ class SchedProbe(Protocol):
 
         ``pipeline`` (the join stage's output of the last tick): who feeds which
         trainer, whose preemptors to record and whose rows to read, from this
-        read on. The model turns the rows into an interval (``SchedIntervals``).
+        read on; None: what ``prepare()`` (or an earlier read) asked for, which
+        is not applied again. The sampler prepares every tick and, after its first
+        read, reads with None.
+        The model turns the rows into an interval (``SchedIntervals``).
         """
         ...
 

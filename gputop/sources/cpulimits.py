@@ -53,8 +53,9 @@ def cpus_allowed(proc_root: str, pid: int) -> tuple[int, ...] | None:
 
 
 @functools.cache
-def _cgroup_mounts(proc_root: str) -> tuple[str | None, str | None]:
-    """Mount points of the cgroup v2 hierarchy and of the v1 ``cpu`` controller.
+def cgroup_mounts(controller: str, proc_root: str = "/proc") -> tuple[str | None, str | None]:
+    """Mount points of the cgroup v2 hierarchy and of the v1 hierarchy that carries
+    ``controller`` ("cpu", "blkio").
 
     Read once: cgroup hierarchies are mounted at boot, and this runs for every job
     process on every tick.
@@ -68,11 +69,27 @@ def _cgroup_mounts(proc_root: str) -> tuple[str | None, str | None]:
                 mnt = left.split()[4]
                 if fstype == "cgroup2":
                     v2 = v2 or mnt
-                elif fstype == "cgroup" and "cpu" in opts.split(","):
+                elif fstype == "cgroup" and controller in opts.split(","):
                     v1 = v1 or mnt
     except OSError:
         pass
     return v2, v1
+
+
+def controller_mount(
+    v1_name: str, v2_name: str | None = None, proc_root: str = "/proc"
+) -> tuple[str, bool] | None:
+    """Where a cgroup controller is, and whether that is cgroup v2: the v1 hierarchy that
+    carries ``v1_name``, else the v2 hierarchy where it lists ``v2_name`` (by default the
+    same name: "cpu"; the I/O controller is "blkio" in v1 and "io" in v2). None where
+    neither is mounted."""
+    v2, v1 = cgroup_mounts(v1_name, proc_root)
+    if v1 is not None:
+        return v1, False
+    controllers = read_text(f"{v2}/cgroup.controllers") if v2 is not None else None
+    if v2 is None or controllers is None or (v2_name or v1_name) not in controllers.split():
+        return None
+    return v2, True
 
 
 def read_text(path: str) -> str | None:
@@ -143,7 +160,7 @@ def _limit_level(proc_root: str, pid: int) -> _Level | None:
 
 def _level_of(proc_root: str, raw: str) -> _Level | None:
     """``_limit_level`` for a process whose ``/proc/PID/cgroup`` reads ``raw``."""
-    v2, v1 = _cgroup_mounts(proc_root)
+    v2, v1 = cgroup_mounts("cpu", proc_root)
     for line in raw.splitlines():
         hid, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")

@@ -97,7 +97,10 @@ ANY_WAY_COPIES = (
 )
 SYNC_FUNCTIONS = SYNC_CALLS + TO_HOST_COPIES + ANY_WAY_COPIES
 LIBRARY_PREFIX = "libcuda.so"
-RECHECK_S = 1.0
+# A trainer whose libcuda is not mapped yet is looked at again at most this often. The
+# sampler looks once a tick (its prepare()); under the default 1 s tick, so a tick that
+# ends a few milliseconds early does not put the next look off by a whole tick.
+RECHECK_S = 0.9
 ENTER_PROGRAM = "on_sync_enter"
 EXIT_PROGRAM = "on_sync_exit"
 

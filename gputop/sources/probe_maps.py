@@ -3,10 +3,11 @@
 Reading: flip the program's epoch counter (so the longest stretch of the
 finished interval can be read), take the rows of the threads asked for, the
 preemptor and waker rows of watched processes, and the activity marks, into one
-``ProbeRows``. Writing, after the rows are taken: the pipeline the model named
-(who feeds which trainer, whose preemptors to record), the CUDA uprobes for new
-trainers, and freeing rows of what is gone (waiter slots every read, a sweep of
-dead tasks every ``SWEEP_EVERY_READS``). Nothing here interprets a row.
+``ProbeRows``. Writing: the pipeline the model named (who feeds which trainer,
+whose preemptors to record) and the CUDA uprobes for new trainers, once per
+pipeline (by ``apply()``, or after the rows of the read that follows ``want()``);
+after each read's rows, freeing rows of what is gone (waiter slots every read, a
+sweep of dead tasks every ``SWEEP_EVERY_READS``). Nothing here interprets a row.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class ProbeMaps:
         self._want_tids: frozenset[int] | None = None
         self._feeds: dict[int, int] = {}
         self._watched: set[int] = set()
+        # What was asked for is in the kernel maps, and the CUDA uprobes follow it.
+        self._applied = True
         self.errors_seen = 0
         self._reads = 0
         # The program tells throttled run-queue time apart (its loader read this kernel's field).
@@ -63,23 +66,30 @@ class ProbeMaps:
             self.want(pipeline)
 
     def want(self, pipeline: Pipeline) -> None:
-        """What to watch and read from the next read on."""
+        """What to watch and read from the next read on (written after that read's rows)."""
         self._want_feeds = dict(pipeline.feeds)
         # Marked so the program tells a collective thread's wake-up from its input's.
         for tid, rank in pipeline.collective.items():
             self._want_feeds.setdefault(tid, rank | PIPE_COLLECTIVE)
         self._want_watched = set(pipeline.watched)
         self._want_tids = pipeline.tids
+        self._applied = False
 
     def apply(self, pipeline: Pipeline) -> None:
         """Watch ``pipeline`` from now on: the kernel maps and the CUDA uprobes get it at once,
-        so the next read counts it (the gap since the last read is the tick's own work)."""
+        so the next read counts it (the gap since the last read is the tick's own work) and
+        does not write it again."""
         self.want(pipeline)
+        self._write_wanted()
+
+    def _write_wanted(self) -> None:
         self._sync_pipeline(self._maps)
         self.cuda.update(self._want_watched - set(self._want_feeds))
+        self._applied = True
 
     def read(self) -> ProbeRows:
-        """The kernel's running totals now; then the maps get what ``want()`` asked for."""
+        """The kernel's running totals now; then the maps get what ``want()`` asked for,
+        unless ``apply()`` already wrote it."""
         maps = self._maps
         ended, now, dt_ns = self._flip_epoch(maps)
         watched_before = frozenset(self._watched & self._want_watched)
@@ -106,8 +116,8 @@ class ProbeMaps:
         )
         self._primed = True
         self._free_stale_waiters(maps, tgid_of.keys())
-        self._sync_pipeline(maps)
-        self.cuda.update(self._want_watched - set(self._want_feeds))
+        if not self._applied:
+            self._write_wanted()
         self._reads += 1
         if self._reads % SWEEP_EVERY_READS == 0:
             self.sweep({g for g, _ in groups} | set(tgid_of.values()), tgid_of)

@@ -14,10 +14,11 @@ The probe only reads. Each ``read()`` flips the program's epoch counter (so the
 longest stretch of the finished interval can be read), reads the rows of the
 threads it is asked for and returns them as ``ProbeRows``: the kernel's running
 totals. Turning them into an interval is the model's work (``SchedIntervals``,
-driven by the sampler's host pass). After reading it
-writes the pipeline the model named into the kernel (who feeds which trainer,
-whose preemptors to record), attaches the CUDA uprobes for new trainers and frees
-the rows of what is gone.
+driven by the sampler's host pass). The pipeline the model named is written into
+the kernel once (who feeds which trainer, whose preemptors to record), with the
+CUDA uprobes for new trainers: by ``prepare()`` at the end of the sampler's tick,
+or after the rows of a ``read()`` handed a new one. Each read frees the rows of
+what is gone.
 """
 
 from __future__ import annotations
@@ -286,9 +287,10 @@ class BpfSchedProbe:
 
         ``pipeline``: who feeds which trainer, whose preemptors to record and
         whose rows to read, as the join stage saw them at the end of the last
-        tick (None: as before). The kernel maps get it after this read's rows
-        are taken, so it classifies wake-ups from now on; processes that stopped
-        being watched lose their rows now. The first read after attaching is
+        tick (None: as ``prepare()`` or the last read left it, without writing it
+        again). The kernel maps get it after this read's rows are taken, so it
+        classifies wake-ups from now on; processes that stopped being watched
+        lose their rows now. The first read after attaching is
         marked ``baseline_only``: its window began at the attach.
         """
         if pipeline is not None:

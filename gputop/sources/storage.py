@@ -10,7 +10,8 @@ write-only fds (logs) are skipped. A regular file is placed in the process's own
 (``/proc/PID/mountinfo``: a container's paths, as its fds show them), by its device
 and the longest mount point over its path; a block device read directly (``O_DIRECT``
 on ``/dev/...``) is named by its path. The mount tables are kept per mount namespace
-and read again after ``MOUNTS_TTL_S``.
+and read again after ``MOUNTS_TTL_S``; a namespace's table not read for that long is
+dropped, so containers that come and go leave nothing behind.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 
 from gputop.model.frame import OpenStorage
 
@@ -69,10 +71,17 @@ def _under(path: str, mount: str) -> bool:
 
 
 class StorageReader:
-    """Reads the storage processes have open for reading; one per ``/proc`` root."""
+    """Reads the storage processes have open for reading; one per ``/proc`` root.
 
-    def __init__(self, proc_root: str = "/proc") -> None:
+    ``clock``: monotonic seconds, for the age of the mount tables.
+    """
+
+    def __init__(
+        self, proc_root: str = "/proc", clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.root = proc_root.rstrip("/")
+        self._clock = clock
+        # Mount namespace -> (when read, its table).
         self._mounts: dict[str, tuple[float, dict[int, list[_Mount]]]] = {}
 
     def _mount_table(self, pid: int) -> dict[int, list[_Mount]]:
@@ -80,9 +89,10 @@ class StorageReader:
             ns = os.readlink(f"{self.root}/{pid}/ns/mnt")
         except OSError:
             ns = f"pid:{pid}"
-        now = time.monotonic()
+        now = self._clock()
+        self._mounts = {k: v for k, v in self._mounts.items() if now - v[0] < MOUNTS_TTL_S}
         hit = self._mounts.get(ns)
-        if hit is not None and now - hit[0] < MOUNTS_TTL_S:
+        if hit is not None:
             return hit[1]
         try:
             with open(f"{self.root}/{pid}/mountinfo", encoding="utf-8", errors="replace") as f:

@@ -13,12 +13,12 @@ import pytest
 
 from gputop.sampler import HostPass
 from gputop.sources.cpulimits import (
-    _cgroup_mounts,
     cgroup_cpu_quota,
     cpus_allowed,
     job_cpu_limits,
     parse_cpu_list,
 )
+from tests.cgrouputil import cpu_hierarchy
 
 
 @pytest.fixture
@@ -38,22 +38,10 @@ def test_affinity_is_the_kernels_cpus_allowed_list(sleeper: subprocess.Popen[byt
     assert cpus_allowed("/proc", 2**22 + 7) is None
 
 
-def _cpu_hierarchy() -> tuple[Path, bool] | None:
-    """Where the cpu controller is (a v1 mount, or v2 where it lists cpu), and whether v2."""
-    v2, v1 = _cgroup_mounts("/proc")
-    if v1 is not None:
-        base, is_v2 = Path(v1), False
-    elif v2 is not None and "cpu" in (Path(v2) / "cgroup.controllers").read_text().split():
-        base, is_v2 = Path(v2), True
-    else:
-        return None
-    return (base, is_v2) if os.access(base, os.W_OK) else None
-
-
 def test_cgroup_cpu_limit_is_read_as_cpus_and_the_tightest_level_wins(
     sleeper: subprocess.Popen[bytes],
 ) -> None:
-    found = _cpu_hierarchy()
+    found = cpu_hierarchy()
     if found is None:
         pytest.skip("needs a writable cgroup cpu hierarchy (root)")
     base, v2 = found

@@ -7,6 +7,10 @@ held the job back). So the verdict's cause must be its limit and the first fix m
 raise it; no process that took under 5 % of the job's run-queue time may be named
 anywhere, and gputop may be in no fix. With a CPU hog outside the cgroup, the hog is
 named only with its measured share of that time (recomputed here from the frames).
+
+One job serves the three cases (torch and its workers start once): beside the hog with
+no limit first, then moved into the cgroup, alone and then beside a new hog; each case
+is its own `gputop record`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -37,6 +41,16 @@ FLOOR_PCT = 5.0
 WINDOW_S = 10.0
 BPF_FRAMES = 24  # 12 s of eBPF frames at 0.5 s: a full window, then the verdict confirmed
 HOG = "while True: pass"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One `gputop record` of the job: its frames, the hog beside it, the cgroup's counts."""
+
+    frames: list[dict[str, Any]]
+    job: set[int]
+    hog: int | None
+    counts: list[Count]
 
 
 def _why_not() -> str | None:
@@ -82,26 +96,44 @@ def _job_shares(frames: list[dict[str, Any]], job: set[int]) -> dict[int, float]
     return shares
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("with_hog", [False, True], ids=["alone", "beside-a-cpu-hog"])
-def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_raise_it(
-    with_hog: bool, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    """The job's three records: "no-limit" (beside a hog), "alone" and "beside-a-cpu-hog"
+    (in the cgroup)."""
     pytest.importorskip("torch", reason="needs the CPU PyTorch wheel (the torch extra)")
     if (why := _why_not()) is not None:
         pytest.skip(why)
-    with cpu_limited_cgroup(QUOTA) as cg, running_loop(tmp_path, LOOP) as (loop, _stats):
-        # Moved once torch is imported and the workers run (importing torch at 0.25 CPU
-        # would take a minute); persistent workers, so none is born outside later.
+    tmp = tmp_path_factory.mktemp("cpu-limit")
+    out: dict[str, Case] = {}
+    with running_loop(tmp, LOOP) as (loop, _stats):
         job = {loop.pid, *descendants(loop.pid)}
-        for pid in job:
-            cg.add(pid)
         fake = FakeNvml(
-            tmp_path / "nvml",
+            tmp / "nvml",
             [FakeGpu(util=[97], sm_util=[10], power_w=[150], processes=[FakeProc(pid=loop.pid)])],
         )
-        with _hog(with_hog) as hog, cg.counting() as counts:
-            frames = _record(fake.env())
+        with _hog(True) as hog:
+            assert hog is not None
+            out["no-limit"] = Case(_record(fake.env()), job, hog.pid, [])
+        with cpu_limited_cgroup(QUOTA) as cg:
+            # Moved once torch is imported and the workers run (importing torch at 0.25 CPU
+            # would take a minute); persistent workers, so none is born outside later.
+            for pid in job:
+                cg.add(pid)
+            for with_hog in (False, True):
+                with _hog(with_hog) as hog, cg.counting() as counts:
+                    frames = _record(fake.env())
+                name = "beside-a-cpu-hog" if with_hog else "alone"
+                out[name] = Case(frames, job, hog.pid if hog else None, counts)
+    return out
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("with_hog", [False, True], ids=["alone", "beside-a-cpu-hog"])
+def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_raise_it(
+    with_hog: bool, cases: dict[str, Case]
+) -> None:
+    case = cases["beside-a-cpu-hog" if with_hog else "alone"]
+    frames, job, hog, counts = case.frames, case.job, case.hog, case.counts
     # The kernel's truth: the limit held the job back in most of its periods.
     (_, periods0, throttled0, _), (_, periods1, throttled1, _) = counts[0], counts[-1]
     assert (throttled1 - throttled0) / max(1, periods1 - periods0) >= 0.5
@@ -164,30 +196,21 @@ def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_rai
         for pid in named - job:
             assert shares.get(pid, 0.0) >= FLOOR_PCT - 1.0, (pid, shares, text)
     if hog is not None:
-        share = shares.get(hog.pid, 0.0)
+        share = shares.get(hog, 0.0)
         text = "\n".join([*last["evidence"], *last["fixes"]])
         if share >= FLOOR_PCT + 1.0:
-            quoted = re.search(rf"pid {hog.pid} python3? (\d+)%", text)
+            quoted = re.search(rf"pid {hog} python3? (\d+)%", text)
             assert quoted is not None and abs(int(quoted.group(1)) - share) <= 1.5, (share, why)
-            assert f"pid {hog.pid} python" in last["fixes"][2], why
+            assert f"pid {hog} python" in last["fixes"][2], why
         elif share <= FLOOR_PCT - 1.0:
-            assert f"pid {hog.pid}" not in text, (share, why)
+            assert f"pid {hog}" not in text, (share, why)
 
 
 @pytest.mark.torch
 def test_the_same_job_without_a_limit_beside_a_hog_is_starved_by_the_hog_not_throttled(
-    tmp_path: Path,
+    cases: dict[str, Case],
 ) -> None:
-    pytest.importorskip("torch", reason="needs the CPU PyTorch wheel (the torch extra)")
-    if (why := _why_not()) is not None:
-        pytest.skip(why)
-    with running_loop(tmp_path, LOOP) as (loop, _stats), _hog(True) as hog:
-        assert hog is not None
-        fake = FakeNvml(
-            tmp_path / "nvml",
-            [FakeGpu(util=[97], sm_util=[10], power_w=[150], processes=[FakeProc(pid=loop.pid)])],
-        )
-        frames = _record(fake.env())
+    frames, hog = cases["no-limit"].frames, cases["no-limit"].hog
     assert _bpf_frames(frames) >= BPF_FRAMES, [f["sources"] for f in frames]
     last = frames[-1]["verdicts"][0]
     text = "\n".join([*last["evidence"], *last["fixes"]])
@@ -197,7 +220,7 @@ def test_the_same_job_without_a_limit_beside_a_hog_is_starved_by_the_hog_not_thr
     assert job and all(p["cpu_throttled_pct"] is None and p["cpu_quota"] is None for p in job), (
         "no limit: nothing throttled is claimed"
     )
-    assert f"pid {hog.pid}" in text, text
+    assert f"pid {hog}" in text, text
 
 
 def _record(env: dict[str, str]) -> list[dict[str, Any]]:

@@ -155,10 +155,12 @@ def _hogs(n: int, cpu: int | None) -> Iterator[None]:
 
 
 def _record(env: dict[str, str], bpf: bool) -> list[dict[str, object]]:
-    # The CO-RE object loads before the first tick (docs/ebpf.md): 8 s leave 16 eBPF frames;
-    # the test wants 6 (more than the 3 ticks to the verdict and a few to hold it).
+    # The CO-RE object loads before the first tick (docs/ebpf.md): 6 s leave 12 eBPF frames;
+    # the test wants 6 (more than the 3 ticks to the verdict and a few to hold it), and
+    # the verdict is held from the 5th frame at the latest over the 7 or more after it,
+    # more than /proc's 5 s run holds it.
     cmd = [sys.executable, "-m", "gputop", "record", "--interval", "0.5"]
-    cmd += ["--duration", "8"] if bpf else ["--duration", "5", "--no-bpf"]
+    cmd += ["--duration", "6"] if bpf else ["--duration", "5", "--no-bpf"]
     out = subprocess.run(
         cmd,
         cwd=ROOT,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gputop.model.readings import Pipeline, ProbeReading, TaskSched
-from gputop.sampler import Sampler
+from gputop.sampler import HostPass, Sampler
 from gputop.sources.probe_maps import SWEEP_EVERY_READS
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import Intervals, map_insert_zero, map_keys, map_u32, why_no_bcc_probe
@@ -331,6 +331,42 @@ def test_the_pipeline_reaches_the_kernel_maps_and_only_changes_are_written(
     assert set(map_u32(probe, "watched")) == {900}
     probe.read(Pipeline())
     assert map_u32(probe, "pipeline") == {} and map_u32(probe, "watched") == {}
+
+
+def test_a_sampler_tick_writes_its_pipeline_into_the_maps_once(
+    probe: BpfSchedProbe, monkeypatch: pytest.MonkeyPatch
+):
+    # The tick's pipeline is written as the tick ends (prepare), so a trainer found now is
+    # watched through the next interval; the next read must not walk and write it again.
+    maps, cuda = probe._maps, probe.cuda
+    assert maps is not None and cuda is not None
+    syncs: list[object] = []
+    looks: list[object] = []
+    sync, update = maps._sync_pipeline, cuda.update
+
+    def counted_sync(m: Any) -> None:
+        syncs.append(m)
+        sync(m)
+
+    def counted_update(trainers: Any, now: float | None = None) -> None:
+        looks.append(trainers)
+        update(trainers, now)
+
+    monkeypatch.setattr(maps, "_sync_pipeline", counted_sync)
+    monkeypatch.setattr(cuda, "update", counted_update)
+    sampler = Sampler(procs=HostPass(), probe=probe, interval_s=0.2)
+    # A new sampler's first read starts from an empty pipeline (written after its rows),
+    # so a probe used before reads every row again as the baseline; prepare() follows.
+    sampler.tick()
+    assert (len(syncs), len(looks)) == (2, 2)
+    for tick in range(1, 4):
+        sampler.tick()
+        assert (len(syncs), len(looks)) == (2 + tick, 2 + tick), "one write per tick"
+    probe.read(Pipeline({901: 900}, frozenset({900})))  # a read handed a new one writes it
+    assert (len(syncs), len(looks)) == (6, 6)
+    assert map_u32(probe, "pipeline") == {901: 900}
+    probe.read(Pipeline())
+    assert map_u32(probe, "pipeline") == {}
 
 
 def test_close_during_compile_leaves_nothing_attached(probe: BpfSchedProbe):

@@ -8,6 +8,7 @@ rank 0's CPU, rank 1 waits for it in every collective: rank 1's verdict must nam
 (``busy_but_starving``, cause ``straggler``) from the third tick (``frames[2]``: see
 tests/system/test_truth_causes.py), with its collective wait within 5 points of its own
 clock; rank 0's verdict stays its own. Balanced ranks name no straggler in any tick.
+One all-reduce job serves both: ticked balanced first, then with the hogs on.
 """
 
 from __future__ import annotations
@@ -54,22 +55,39 @@ def _ticks(tmp_path: Path, pids: list[int], probe: BpfSchedProbe) -> list[Frame]
     return sampled(tmp_path, gpus, probe, TICKS, TICK_S)
 
 
-def _run(
-    tmp_path: Path, probe: BpfSchedProbe, mode: str, hogs: int
-) -> tuple[list[Frame], list[int], int, Path]:
-    procs = _hogs(0, hogs)
-    args = ["--mode", mode]
+Run = tuple[list[Frame], list[int], Path]
+
+
+def _starved_ticks(tmp_path: Path, pids: list[int], probe: BpfSchedProbe) -> list[Frame]:
+    """Ticks with 2 hogs on rank 0's CPU. They start once the ranks run: torch's import and
+    gloo's rendezvous on a starved CPU would only make the job slower to start."""
+    procs = _hogs(0, 2)
     try:
-        with rank_job(tmp_path, 2, args) as (launcher, pids, out):
-            time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm
-            frames = _ticks(tmp_path, pids, probe)
+        time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm, hogs on
+        return _ticks(tmp_path, pids, probe)
     finally:
         for h in procs:
             h.kill()
             h.wait()
+
+
+def _printed(frames: list[Frame]) -> list[Frame]:
     for f in frames:
         print(f.t, f.sources.sched, [(v.gpu, v.state, v.cause) for v in f.verdicts])
-    return frames, pids, launcher, out
+    return frames
+
+
+@pytest.fixture(scope="module")
+def allreduce(probe: BpfSchedProbe, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """One all-reduce job's ticks: "balanced", then "starved" (hogs on rank 0's CPU)."""
+    tmp = tmp_path_factory.mktemp("allreduce")
+    with rank_job(tmp, 2, ["--mode", "allreduce"]) as (_, pids, out):
+        time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm
+        (tmp / "balanced").mkdir()
+        balanced = _ticks(tmp / "balanced", pids, probe)
+        (tmp / "starved").mkdir()
+        starved = _starved_ticks(tmp / "starved", pids, probe)
+    return {"balanced": (balanced, pids, out), "starved": (starved, pids, out)}
 
 
 def _rank_rows(frames: list[Frame], pid: int) -> list[ProcessSample]:
@@ -91,9 +109,10 @@ def _assert_named(frames: list[Frame], pids: list[int]) -> None:
 
 
 def test_a_rank_starved_by_hogs_is_named_by_the_rank_that_waits_for_it(
-    probe: BpfSchedProbe, tmp_path: Path
+    allreduce: dict[str, Run],
 ) -> None:
-    frames, pids, _, out = _run(tmp_path, probe, "allreduce", hogs=2)
+    frames, pids, out = allreduce["starved"]
+    _printed(frames)
     last = frames[-1]
     v0, v1 = sorted(last.verdicts, key=lambda v: v.gpu)
     print(v1.evidence, v1.fixes)
@@ -119,7 +138,8 @@ def test_a_rank_starved_by_hogs_is_named_by_the_rank_that_waits_for_it(
 def test_ddp_ranks_waiting_inside_backward_name_the_straggler(
     probe: BpfSchedProbe, tmp_path: Path
 ) -> None:
-    frames, pids, _, out = _run(tmp_path, probe, "ddp", hogs=2)
+    with rank_job(tmp_path, 2, ["--mode", "ddp"]) as (_, pids, out):
+        frames = _printed(_starved_ticks(tmp_path, pids, probe))
     _assert_named(frames, pids)
     t0, t1 = _window(frames)
     got = [p.wait_collective_pct or 0.0 for p in _rank_rows(frames[FIRST:], pids[1])]
@@ -131,8 +151,9 @@ def test_ddp_ranks_waiting_inside_backward_name_the_straggler(
     assert mean >= backward / 2, (mean, backward)
 
 
-def test_balanced_ranks_name_no_straggler(probe: BpfSchedProbe, tmp_path: Path) -> None:
-    frames, pids, _, _ = _run(tmp_path, probe, "allreduce", hogs=0)
+def test_balanced_ranks_name_no_straggler(allreduce: dict[str, Run]) -> None:
+    frames, pids, _ = allreduce["balanced"]
+    _printed(frames)
     for f in frames:
         assert all(v.cause != "straggler" for v in f.verdicts), (f.t, f.verdicts)
     for r, pid in enumerate(pids):

@@ -1,15 +1,16 @@
 """The mount table parser of gputop/sources/storage.py on fixture lines (escapes, bind
-mounts, network filesystems) and how storage is quoted; a real process's open files are
-read in tests/functional/test_storage_real.py."""
+mounts, network filesystems), how long mount tables are kept, and how storage is quoted;
+a real process's open files are read in tests/functional/test_storage_real.py."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from gputop.model.frame import OpenStorage
-from gputop.sources.storage import parse_mountinfo
+from gputop.sources.storage import MOUNTS_TTL_S, StorageReader, parse_mountinfo
 
 MOUNTINFO = r"""22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
 30 22 254:0 /srv/data /mnt/bound rw,relatime shared:1 - ext4 /dev/vda rw
@@ -30,6 +31,35 @@ def test_the_mount_table_maps_each_device_to_its_mounts_longest_first() -> None:
     assert table[os.makedev(0, 53)] == [("/mnt/with space", "fuse.s3fs", "s3fs")]
     assert table[os.makedev(259, 3)] == [("/scratch", "xfs", "/dev/nvme0n1p1")]
     assert len(table) == 4
+
+
+def _process_in_namespace(proc: Path, pid: int, ns: str, data: Path) -> None:
+    """A fake /proc entry: ``pid`` in mount namespace ``ns``, reading ``data`` (a real file)."""
+    (proc / str(pid) / "ns").mkdir(parents=True)
+    (proc / str(pid) / "ns" / "mnt").symlink_to(f"mnt:[{ns}]")
+    (proc / str(pid) / "fd").mkdir()
+    (proc / str(pid) / "fd" / "3").symlink_to(data)
+    dev = data.stat().st_dev
+    (proc / str(pid) / "mountinfo").write_text(
+        f"22 1 {os.major(dev)}:{os.minor(dev)} / /data{pid} rw - xfs /dev/sdz rw\n"
+    )
+
+
+def test_a_mount_namespace_no_longer_seen_loses_its_table_after_the_ttl(tmp_path: Path) -> None:
+    data = tmp_path / "batch.bin"
+    data.write_bytes(b"x")
+    proc = tmp_path / "proc"
+    _process_in_namespace(proc, 10, "4026531001", data)
+    _process_in_namespace(proc, 20, "4026531002", data)
+    now = [100.0]
+    reader = StorageReader(str(proc), clock=lambda: now[0])
+    assert reader.read(10) == (OpenStorage("/data10", "xfs", "/dev/sdz"),)
+    now[0] += MOUNTS_TTL_S / 2
+    assert reader.read(20) == (OpenStorage("/data20", "xfs", "/dev/sdz"),)
+    assert sorted(reader._mounts) == ["mnt:[4026531001]", "mnt:[4026531002]"]
+    now[0] += MOUNTS_TTL_S / 2
+    assert reader.read(20) == (OpenStorage("/data20", "xfs", "/dev/sdz"),)
+    assert sorted(reader._mounts) == ["mnt:[4026531002]"], "the first container's table is gone"
 
 
 def test_storage_describes_itself_as_evidence_quotes_it() -> None:
