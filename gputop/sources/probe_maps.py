@@ -91,11 +91,16 @@ class ProbeMaps:
         """The kernel's running totals now; then the maps get what ``want()`` asked for,
         unless ``apply()`` already wrote it."""
         maps = self._maps
+        # The activity marks first, then the new epoch: a thread marks its process once per
+        # epoch, so a mark made in the new epoch and drained by this read would leave its
+        # process unmarked for the whole next interval (read as idle, CPU 0). Marks made
+        # between the drain and the flip are old-epoch marks: the next read drains them, and
+        # the thread marks again in the new epoch.
+        active, execd = self._activity(maps)
         ended, now, dt_ns = self._flip_epoch(maps)
         watched_before = frozenset(self._watched & self._want_watched)
         # Probed through the whole interval: a library attached at this read counts next time.
         cuda_before = self.cuda.probed()
-        active, execd = self._activity(maps)
         threads, groups = self._rows(maps)
         tgid_of = {tid: int(t.tgid) for tid, t in threads}
         rows = ProbeRows(
