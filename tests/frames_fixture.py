@@ -16,6 +16,7 @@ from gputop.model.frame import (
     Frame,
     GpuSample,
     HostSample,
+    OpenStorage,
     Preemptor,
     ProcessSample,
     Sources,
@@ -397,3 +398,25 @@ def cpu_limited(frames: list[Frame], source: str = "bpf") -> list[Frame]:
         return replace(p, cpu_quota=0.25, cpu_throttled_pct=thr, cpu_limit=limit)
 
     return [replace(f, processes=tuple(cap(p) for p in f.processes)) for f in frames]
+
+
+WORKER_IO_WAIT_PCT = 12.0
+DATA_STORAGE = OpenStorage("/data", "xfs", "/dev/sdb1")
+
+
+def io_waiting(frames: list[Frame], ticks: range) -> list[Frame]:
+    """The same frames with the starving trainer's workers in disk I/O (uninterruptible
+    sleep) ``WORKER_IO_WAIT_PCT`` % of each tick in ``ticks``, reading ``DATA_STORAGE``, and
+    measured at 0 % in the others."""
+
+    def waiting(p: ProcessSample, on: bool) -> ProcessSample:
+        if p.pid not in WORKER_PIDS:
+            return p
+        if not on:
+            return replace(p, io_wait_pct=0.0)
+        return replace(p, io_wait_pct=WORKER_IO_WAIT_PCT, storage=(DATA_STORAGE,))
+
+    return [
+        replace(f, processes=tuple(waiting(p, i in ticks) for p in f.processes))
+        for i, f in enumerate(frames)
+    ]

@@ -442,20 +442,29 @@ def _inferred_throttling(rows: list[ProcessSample], dt: float | None) -> list[Pr
     The kernel counts a throttled cgroup's time per CPU run queue; every moment of it
     some of the cgroup's threads were runnable and held back. So of the run-queue time
     of the cgroup's threads gputop shows, that much (at most all of it) was the limit,
-    and each main thread's run-queue share is split in that proportion.
+    and each main thread's run-queue share is split in that proportion. Where the probe
+    measured some of the cgroup's processes, only what their measured time leaves of
+    the cgroup's is shared among the others.
     """
     if not dt:
         return rows
     runq: dict[str, float] = {}
     throttled: dict[str, float] = {}
+    measured: dict[str, float] = {}
     for p in rows:
         lim = p.cpu_limit
-        if lim is None or lim.throttled_ms is None or p.cpu_throttled_pct is not None:
+        if lim is None or lim.throttled_ms is None:
+            continue
+        if p.cpu_throttled_pct is not None:
+            measured[lim.cgroup] = measured.get(lim.cgroup, 0.0) + p.cpu_throttled_pct
             continue
         throttled[lim.cgroup] = 100.0 * lim.throttled_ms / 1000.0 / dt
         runq[lim.cgroup] = runq.get(lim.cgroup, 0.0) + sum(t.runq_pct or 0.0 for t in p.threads)
     if not throttled:
         return rows
+    for cg, pct in measured.items():
+        if cg in throttled:
+            throttled[cg] = max(0.0, throttled[cg] - pct)
     out = []
     for p in rows:
         cg = p.cpu_limit.cgroup if p.cpu_limit is not None else ""

@@ -13,6 +13,12 @@ the run-queue wait right after it (the batch had arrived; taking it needed a
 CPU). Without the CUDA measurement, blocked time ended by an interrupt stands in
 for the GPU part, inferred.
 
+Time in uninterruptible sleep (``io_wait_pct``: a disk read, a mapped file's page) is
+its own part, ``io``, where it is 0.5 % or more: taken out of the interrupt and other
+wake-ups it was counted under (a disk's completion wakes the thread from an interrupt
+or a kernel worker), never out of waiting for batches or for other ranks, whose wakers
+are known. A rank's collective wait is likewise shown from 0.5 % on.
+
 Where the job's cgroup has a CPU limit, the run-queue time its limit held the thread
 back (``cpu_throttled_pct``, part of ``runq_pct``) is its own part, ``throttled``,
 carved out of the run-queue time outside CUDA synchronization before anything else
@@ -32,8 +38,9 @@ class Segment:
 
     key: str
     """``cpu``, ``runq``, ``throttled`` (where a CPU limit applies), ``input``, ``gpu``
-    (measured) or ``irq`` (inferred), ``collective`` (a distributed job's rank, woken by
-    its collective-communication threads), ``other``, or (under /proc) ``blocked``."""
+    (measured) or ``irq`` (inferred), ``io`` (uninterruptible sleep: disk I/O),
+    ``collective`` (a distributed job's rank, woken by its collective-communication
+    threads), ``other``, or (under /proc) ``blocked``."""
     label: str
     pct: float
 
@@ -45,6 +52,7 @@ LABELS = {
     "input": "waiting for batches",
     "gpu": "GPU wait",
     "irq": "GPU/irq wait (inferred)",
+    "io": "disk I/O (uninterruptible)",
     "collective": "collective wait (other ranks)",
     "other": "other",
     "blocked": "blocked",
@@ -52,6 +60,8 @@ LABELS = {
 MEASURED_KEYS = ("cpu", "runq", "input", "irq", "other")
 GPU_KEYS = ("cpu", "runq", "input", "gpu", "other")
 PROC_KEYS = ("cpu", "runq", "blocked")
+# A part that is not always there (disk I/O, a rank's collective wait) is shown from here on.
+SHOWN_PCT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +98,7 @@ SPLIT_FIELDS = (
     "gpu_sync_runq_pct",
     "cpu_throttled_pct",
     "wait_collective_pct",
+    "io_wait_pct",
 )
 
 
@@ -109,6 +120,7 @@ def split_of(
     gpu_sync_runq_pct: float | None = None,
     cpu_throttled_pct: float | None = None,
     wait_collective_pct: float | None = None,
+    io_wait_pct: float | None = None,
 ) -> WaitSplit | None:
     """The split from a process's numbers (a sample's, or one point of its series)."""
     if offcpu_pct is None:
@@ -141,6 +153,17 @@ def split_of(
     scale = free / total if total > free else 1.0
     inp, irq, coll = inp * scale, irq * scale, coll * scale
     other = max(0.0, free - inp - irq - coll)
+    rank = coll >= SHOWN_PCT
+    if not rank:
+        other, coll = other + coll, 0.0
+    if gpu_sync_pct is not None:
+        # Interrupt wake-ups outside synchronization are not the GPU's: other.
+        other, irq = other + irq, 0.0
+    io = min(max(0.0, io_wait_pct or 0.0), irq + other)
+    disk = io >= SHOWN_PCT
+    if disk:
+        from_irq = min(irq, io)
+        irq, other = irq - from_irq, other - (io - from_irq)
     if gpu_sync_pct is None:
         parts = {
             "cpu": cpu,
@@ -148,6 +171,7 @@ def split_of(
             "throttled": thr,
             "input": inp + after_input,
             "irq": irq,
+            "io": io,
             "collective": coll,
             "other": other,
         }
@@ -159,22 +183,27 @@ def split_of(
             "throttled": thr,
             "input": inp + after_input,
             "gpu": spin + sync_runq + sync_blocked,
+            "io": io,
             "collective": coll,
-            # Interrupt wake-ups outside synchronization are not the GPU's: other.
-            "other": other + irq,
+            "other": other,
         }
         keys = GPU_KEYS
-    rank = wait_collective_pct is not None
-    return WaitSplit(True, _segments(parts, keys, cpu_throttled_pct is not None, rank))
+    return WaitSplit(True, _segments(parts, keys, cpu_throttled_pct is not None, rank, disk))
 
 
 def _segments(
-    parts: dict[str, float], keys: tuple[str, ...], limited: bool, rank: bool = False
+    parts: dict[str, float],
+    keys: tuple[str, ...],
+    limited: bool,
+    rank: bool = False,
+    disk: bool = False,
 ) -> tuple[Segment, ...]:
     # The throttled part follows the run-queue part it was carved from, only under a limit;
-    # a rank's collective wait comes before "other", only for a distributed job's rank.
+    # disk I/O, then a rank's collective wait, come before "other", only where there is some.
     if limited:
         keys = (*keys[:2], "throttled", *keys[2:])
+    if disk:
+        keys = (*keys[:-1], "io", keys[-1])
     if rank:
         keys = (*keys[:-1], "collective", keys[-1])
     return tuple(Segment(k, LABELS[k], parts[k]) for k in keys)

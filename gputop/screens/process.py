@@ -49,7 +49,7 @@ def histogram_lines(hist: Sequence[int], width: int = 30) -> list[str]:
 
 
 # plotext takes colour names, not theme variables: the chart and its key share these
-# (names both plotext and Rich know, but orange: Rich's is dark_orange).
+# (names both plotext and Rich know, but orange and gold: Rich's are dark_orange and gold1).
 SPLIT_COLOURS = {
     "cpu": "green",
     "runq": "red",
@@ -57,13 +57,14 @@ SPLIT_COLOURS = {
     "input": "yellow",
     "irq": "blue",
     "gpu": "cyan",
+    "io": "gold",
     "collective": "white",
     "other": "magenta",
     "blocked": "blue",
 }
 
 
-RICH_COLOURS = {"orange": "dark_orange"}
+RICH_COLOURS = {"orange": "dark_orange", "gold": "gold1"}
 
 
 def throttled_source(p: ProcessSample) -> str:
@@ -121,6 +122,16 @@ def wait_key(p: ProcessSample) -> Text:
     return t
 
 
+def io_line(p: ProcessSample) -> str | None:
+    """Its share of the interval in disk I/O (uninterruptible sleep, measured by the probe)
+    and the storage it had open while it waited there; None where neither is known."""
+    reading = ", ".join(s.describe() for s in p.storage or ())
+    if p.io_wait_pct is None:
+        return f"seen in disk I/O reading {reading}" if reading else None
+    line = f"in disk I/O (uninterruptible sleep) {p.io_wait_pct:.0f}% of the interval"
+    return f"{line}, reading {reading}" if reading else line
+
+
 def wait_lines(p: ProcessSample) -> list[str]:
     """The main thread's time split in the last interval, and who preempted it."""
     split = ScreenView.wait_split(p)
@@ -134,6 +145,9 @@ def wait_lines(p: ProcessSample) -> list[str]:
     limit = limit_line(p)
     if limit is not None:
         lines.extend(limit.split("\n"))
+    io = io_line(p)
+    if io is not None:
+        lines.append(io)
     if not split.measured:
         lines.append("what it waits on (input, GPU, ...) needs the eBPF probe")
     if p.preemptors is None:

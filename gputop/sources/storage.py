@@ -90,10 +90,12 @@ class StorageReader:
         except OSError:
             ns = f"pid:{pid}"
         now = self._clock()
-        self._mounts = {k: v for k, v in self._mounts.items() if now - v[0] < MOUNTS_TTL_S}
         hit = self._mounts.get(ns)
-        if hit is not None:
+        if hit is not None and now - hit[0] < MOUNTS_TTL_S:
             return hit[1]
+        # A table is read again: the others out of date go with it (read only here, so
+        # a reader of many processes in one namespace does not copy the tables each call).
+        self._mounts = {k: v for k, v in self._mounts.items() if now - v[0] < MOUNTS_TTL_S}
         try:
             with open(f"{self.root}/{pid}/mountinfo", encoding="utf-8", errors="replace") as f:
                 table = parse_mountinfo(f.read())

@@ -68,10 +68,15 @@ POD_COLUMN = Column("pod", "POD/CONTAINER", 24, lambda p: pod_text(p), False, dr
 THROTTLED_COLUMN = Column(
     "throttled", "THR%", 5, lambda p: _num(p.cpu_throttled_pct), True, True, drop=5
 )
+# Shown after RUNQ% (and THR%) once some process spent ``IO_SHOWN_PCT`` of an interval in
+# uninterruptible sleep, waiting on a disk or a mapped file's page (the eBPF probe's
+# ``io_wait_pct``); it stays from then on, so the table does not change shape each tick.
+IO_COLUMN = Column("io", "IO%", 5, lambda p: _num(p.io_wait_pct), True, True, drop=5)
+IO_SHOWN_PCT = 1.0
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 # A row's cells also hold the tree prefix drawn before COMMAND under this key.
 TREE = "tree"
-_BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN, THROTTLED_COLUMN)}
+_BY_KEY = {c.key: c for c in (*COLUMNS, POD_COLUMN, THROTTLED_COLUMN, IO_COLUMN)}
 ROLE_SHORT = {"trainer": "train", "dataloader": "loader", "pin_memory": "pin", "other": ""}
 
 
@@ -141,11 +146,20 @@ def limited(procs: Iterable[ProcessSample]) -> bool:
     return any(p.cpu_quota is not None or p.cpu_throttled_pct is not None for p in procs)
 
 
-def table_columns(procs: Sequence[ProcessSample]) -> tuple[Column, ...]:
-    """COLUMNS, with THR% after RUNQ% under a CPU limit and POD before COMMAND in containers."""
+def io_waited(procs: Iterable[ProcessSample]) -> bool:
+    """Whether some process waited on a disk ``IO_SHOWN_PCT`` of the interval (IO% is shown)."""
+    return any(p.io_wait_pct is not None and p.io_wait_pct >= IO_SHOWN_PCT for p in procs)
+
+
+def table_columns(procs: Sequence[ProcessSample], io: bool = False) -> tuple[Column, ...]:
+    """COLUMNS, with THR% after RUNQ% under a CPU limit, IO% after them where ``io``, and
+    POD before COMMAND in containers."""
     cols = list(COLUMNS)
     if limited(procs):
         cols.insert(COLUMN_KEYS.index("runq") + 1, THROTTLED_COLUMN)
+    if io:
+        after = THROTTLED_COLUMN if THROTTLED_COLUMN in cols else column("runq")
+        cols.insert(cols.index(after) + 1, IO_COLUMN)
     if any(pod_text(p) for p in procs):
         cols.insert(len(cols) - 1, POD_COLUMN)
     return tuple(cols)
@@ -340,6 +354,8 @@ class ProcessTable(ScrollView, can_focus=True):
         self._header_spans: list[tuple[int, int, str]] = []
         self._widths: tuple[int, ...] = ()
         self._columns: tuple[Column, ...] = COLUMNS
+        # Some process waited on a disk since the table was made: IO% is shown.
+        self._io = False
         super().__init__(id=id)
 
     # ---- data ---------------------------------------------------------------
@@ -385,7 +401,8 @@ class ProcessTable(ScrollView, can_focus=True):
             return
         self._procs = tuple(frame.processes)
         self.since = view.preempt_since
-        columns = table_columns(self._procs)
+        self._io = self._io or io_waited(self._procs)
+        columns = table_columns(self._procs, self._io)
         if columns != self._columns:
             # Every row and the header change shape.
             self._columns = columns
@@ -521,6 +538,8 @@ class ProcessTable(ScrollView, can_focus=True):
         }
         if THROTTLED_COLUMN in self._columns:
             row["throttled"] = throttled_cell(p)
+        if IO_COLUMN in self._columns:
+            row["io"] = _pct(p.io_wait_pct, 30.0, 10.0)
         if POD_COLUMN in self._columns:
             row["pod"] = (pod_text(p), "process-table--muted")
         row[TREE] = (prefix, "process-table--muted")

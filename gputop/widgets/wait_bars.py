@@ -16,6 +16,7 @@ GLYPHS = {
     "input": "▒",
     "gpu": "░",
     "irq": "░",
+    "io": "▤",
     "collective": "▞",
     "other": "·",
     "blocked": "░",
@@ -27,6 +28,7 @@ SHORT = {
     "input": "batches",
     "irq": "gpu/irq",
     "gpu": "gpu",
+    "io": "disk-io",
     "collective": "collective",
     "other": "other",
     "blocked": "blocked",
@@ -39,6 +41,7 @@ COMPACT = {
     "input": "in",
     "irq": "irq",
     "gpu": "gpu",
+    "io": "io",
     "collective": "coll",
     "other": "oth",
     "blocked": "blk",
@@ -105,6 +108,7 @@ class TrainerWaitBars(LineWidget):
     TrainerWaitBars > .wait-bars--input { color: $text-warning; }
     TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
     TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
+    TrainerWaitBars > .wait-bars--io { color: $text-warning; text-style: bold; }
     TrainerWaitBars > .wait-bars--collective { color: $text-secondary; }
     TrainerWaitBars > .wait-bars--other { color: $text-muted; }
     TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
@@ -118,6 +122,7 @@ class TrainerWaitBars(LineWidget):
         "wait-bars--input",
         "wait-bars--irq",
         "wait-bars--gpu",
+        "wait-bars--io",
         "wait-bars--collective",
         "wait-bars--other",
         "wait-bars--blocked",

@@ -287,8 +287,10 @@ def test_the_probes_measured_throttled_time_is_taken_as_is() -> None:
     rows = _limited(HostJoin(), job(), probe, {TRAINER: 70.0, WORKER: 30.0})
     t, w = rows[TRAINER], rows[WORKER]
     assert (t.runq_pct, t.cpu_throttled_pct, t.cpu_throttled_source) == (50.0, 45.0, "bpf")
-    # The worker's thread had no probe row this interval: inferred from what is left.
-    assert w.cpu_throttled_source == "cpu.stat"
+    # The worker's thread had no probe row this interval: inferred from what is left of
+    # the cgroup's 600 ms once the trainer's measured 450 ms are taken out: 150 ms of the
+    # worker's 300 ms in the run queue, half of its 30 %.
+    assert (w.cpu_throttled_pct, w.cpu_throttled_source) == (15.0, "cpu.stat")
     # A probe that cannot tell (bcc's build): inferred for both.
     unmeasured = ProbeReading(dt_ns=1000 * MS, per_tgid={}, per_tid={TRAINER: main})
     rows = _limited(HostJoin(), job(), unmeasured, {TRAINER: 70.0, WORKER: 30.0})

@@ -45,7 +45,9 @@ def _process_in_namespace(proc: Path, pid: int, ns: str, data: Path) -> None:
     )
 
 
-def test_a_mount_namespace_no_longer_seen_loses_its_table_after_the_ttl(tmp_path: Path) -> None:
+def test_a_mount_namespace_no_longer_seen_loses_its_table_at_the_next_read_after_its_ttl(
+    tmp_path: Path,
+) -> None:
     data = tmp_path / "batch.bin"
     data.write_bytes(b"x")
     proc = tmp_path / "proc"
@@ -57,9 +59,14 @@ def test_a_mount_namespace_no_longer_seen_loses_its_table_after_the_ttl(tmp_path
     now[0] += MOUNTS_TTL_S / 2
     assert reader.read(20) == (OpenStorage("/data20", "xfs", "/dev/sdz"),)
     assert sorted(reader._mounts) == ["mnt:[4026531001]", "mnt:[4026531002]"]
+    # The first container's table is out of date now, but a read whose table is fresh
+    # does no sweeping: it goes when a table is read again.
+    now[0] += MOUNTS_TTL_S / 2
+    assert reader.read(20) == (OpenStorage("/data20", "xfs", "/dev/sdz"),)
     now[0] += MOUNTS_TTL_S / 2
     assert reader.read(20) == (OpenStorage("/data20", "xfs", "/dev/sdz"),)
     assert sorted(reader._mounts) == ["mnt:[4026531002]"], "the first container's table is gone"
+    assert reader._mounts["mnt:[4026531002]"][0] == now[0], "read again after its TTL"
 
 
 def test_storage_describes_itself_as_evidence_quotes_it() -> None:

@@ -143,6 +143,58 @@ def test_a_ranks_collective_wait_is_its_own_part_taken_from_other_and_only_for_r
     assert gpu is not None and [s.key for s in gpu.segments][-2:] == ["collective", "other"]
     assert abs(sum(s.pct for s in gpu.segments) - 100.0) < 1e-9
     assert all(k in GLYPHS and k in SHORT and k in COMPACT for k in ("collective",))
+    # A process the probe measured but that never waited on other ranks (not a rank, or a
+    # rank between collectives): no collective part; under half a percent goes to other.
+    none = split_of(**args, wait_collective_pct=0.0)  # type: ignore[arg-type]
+    assert none is not None and none.segments == plain.segments
+    tiny = split_of(**args, wait_collective_pct=0.4)  # type: ignore[arg-type]
+    assert tiny is not None and tiny.segments == plain.segments
+
+
+def test_disk_io_is_its_own_part_taken_from_interrupt_and_other_wakeups_only() -> None:
+    from gputop.model.waits import split_of
+    from gputop.screens.process import SPLIT_COLOURS
+    from gputop.widgets.wait_bars import COMPACT, GLYPHS, SHORT
+
+    # A worker blocked 90%: 85 woken by an interrupt (its disk's reads completing), 5 unknown;
+    # 80% of the interval in uninterruptible sleep.
+    worker = dict(
+        offcpu_pct=95.0, runq_pct=5.0, wait_input_pct=0.0, wait_irq_pct=85.0,
+        wait_thread_pct=0.0, wait_other_pct=0.0,
+    )  # fmt: skip
+    plain = split_of(**worker)  # type: ignore[arg-type]
+    got = split_of(**worker, io_wait_pct=80.0)  # type: ignore[arg-type]
+    assert plain is not None and got is not None
+    assert [s.key for s in got.segments] == ["cpu", "runq", "input", "irq", "io", "other"]
+    assert (got.pct("io"), got.pct("irq"), got.pct("other")) == (80.0, 5.0, 5.0)
+    assert abs(sum(s.pct for s in got.segments) - 100.0) < 1e-9
+    # More than the interrupt wake-ups: the rest comes out of other (woken by a kernel
+    # worker, or still asleep at the tick).
+    more = split_of(**worker, io_wait_pct=88.0)  # type: ignore[arg-type]
+    assert more is not None and (more.pct("io"), more.pct("irq"), more.pct("other")) == (
+        88.0,
+        0.0,
+        2.0,
+    )
+    # Never out of waiting for batches: a trainer whose wakers are its workers keeps them,
+    # whatever the uninterruptible time (capped at its interrupt and other wake-ups).
+    trainer = {**worker, "wait_input_pct": 70.0, "wait_irq_pct": 10.0}
+    t = split_of(**trainer, io_wait_pct=60.0)  # type: ignore[arg-type]
+    assert t is not None and (t.pct("input"), t.pct("io"), t.pct("irq")) == (70.0, 20.0, 0.0)
+    assert t.pct("other") == 0.0
+    # Under half a percent: no part, the split as without it.
+    low = split_of(**worker, io_wait_pct=0.4)  # type: ignore[arg-type]
+    assert low is not None and low.segments == plain.segments
+    # With its CUDA synchronization measured: out of other (where interrupt wake-ups go there).
+    gpu = split_of(**worker, io_wait_pct=80.0, gpu_sync_pct=0.0)  # type: ignore[arg-type]
+    assert gpu is not None and [s.key for s in gpu.segments] == [
+        "cpu", "runq", "input", "gpu", "io", "other",
+    ]  # fmt: skip
+    assert (gpu.pct("io"), gpu.pct("other")) == (80.0, 10.0)
+    # A rank's collective wait keeps its place after it, before other.
+    rank = split_of(**worker, io_wait_pct=40.0, wait_collective_pct=5.0)  # type: ignore[arg-type]
+    assert rank is not None and [s.key for s in rank.segments][-3:] == ["io", "collective", "other"]
+    assert all("io" in d for d in (GLYPHS, SHORT, COMPACT, SPLIT_COLOURS))
 
 
 def test_the_limit_line_names_quota_file_burst_periods_and_cgroup() -> None:
@@ -223,3 +275,26 @@ def test_in_tree_mode_a_jobs_ranks_stay_together_in_rank_order_with_their_worker
     assert pids.index(rank0.pid) < pids.index(middle.pid)
     flat = arrange([rank0, rank1, middle, *rest], tree=False)
     assert flat[0][0].pid == rank1.pid  # flat, they sort apart
+
+
+def test_the_disk_io_line_says_what_was_measured_and_what_was_read() -> None:
+    from gputop.model.frame import OpenStorage
+    from gputop.screens.process import io_line
+
+    p = replace(make_frames(1)[0].processes[0], io_wait_pct=None, storage=None)
+    assert io_line(p) is None, "neither measured nor seen: nothing to say"
+    assert io_line(replace(p, io_wait_pct=0.0)) == (
+        "in disk I/O (uninterruptible sleep) 0% of the interval"
+    )
+    data = (OpenStorage("/data", "nfs4", "fs:/ds"), OpenStorage("", "block device", "/dev/loop3"))
+    assert io_line(replace(p, io_wait_pct=37.4, storage=data)) == (
+        "in disk I/O (uninterruptible sleep) 37% of the interval,"
+        " reading /data (nfs4 on fs:/ds), /dev/loop3 (block device)"
+    )
+    # /proc alone caught it in D with files open: what it read, not for how long.
+    assert (
+        io_line(replace(p, storage=data[:1])) == "seen in disk I/O reading /data (nfs4 on fs:/ds)"
+    )
+    assert "in disk I/O (uninterruptible sleep) 37%" in "\n".join(
+        wait_lines(replace(p, io_wait_pct=37.4))
+    )
