@@ -59,8 +59,19 @@ def find_pyspy(search_path: str | None = None) -> str | None:
     return shutil.which("py-spy", path=search_path)
 
 
-def pyspy_dump(pid: int, search_path: str | None = None) -> str:
+def _kernel_thread(pid: int, proc_root: str = "/proc") -> bool:
+    try:
+        with open(f"{proc_root}/{pid}/stat", "rb") as f:
+            st = parse_stat(f.read())
+    except OSError:
+        return False
+    return st is not None and st.kthread
+
+
+def pyspy_dump(pid: int, search_path: str | None = None, proc_root: str = "/proc") -> str:
     """The process's Python stack from ``py-spy dump``, or one line saying why there is none."""
+    if _kernel_thread(pid, proc_root):
+        return "A kernel thread: it runs no Python, so there is no Python stack."
     exe = find_pyspy(search_path)
     if exe is None:
         return f"py-spy is not installed ({PYSPY_INSTALL_HINT}) — no Python stack."
@@ -79,5 +90,7 @@ def pyspy_dump(pid: int, search_path: str | None = None) -> str:
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
         why = lines[-1] if lines else f"exit status {done.returncode}"
-        return f"py-spy dump failed: {why} (needs ptrace permission: run as root or same user)"
+        if any(w in why.lower() for w in ("permission", "not permitted", "ptrace")):
+            return f"py-spy dump failed: {why} (needs ptrace permission: run as root or same user)"
+        return f"py-spy dump failed: {why}"
     return done.stdout.rstrip() or "py-spy returned no stack."

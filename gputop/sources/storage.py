@@ -9,9 +9,14 @@ stdout and stderr, pipes, sockets, anonymous inodes, ``/dev`` character devices 
 write-only fds (logs) are skipped. A regular file is placed in the process's own mount table
 (``/proc/PID/mountinfo``: a container's paths, as its fds show them), by its device
 and the longest mount point over its path; a block device read directly (``O_DIRECT``
-on ``/dev/...``) is named by its path. The mount tables are kept per mount namespace
-and read again after ``MOUNTS_TTL_S``; a namespace's table not read for that long is
-dropped, so containers that come and go leave nothing behind.
+on ``/dev/...``) is named by its path. A process with no such fd is read once more in
+``/proc/PID/maps``, for a dataset mapped into memory with its file closed since (PyTorch's
+``torch.from_file``, safetensors): its shared, readable, never executable file mappings of
+``MIN_MAPPED_BYTES`` or more (libraries and programs map their code executable, a locale
+archive is mapped private, and glibc's small caches such as ``gconv-modules.cache`` are
+under that size), placed by their device number the same way. The mount tables are kept
+per mount namespace and read again after ``MOUNTS_TTL_S``; a namespace's table not read
+for that long is dropped, so containers that come and go leave nothing behind.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from gputop.model.frame import OpenStorage
 __all__ = ["MOUNTS_TTL_S", "StorageReader", "parse_mountinfo"]
 
 MOUNTS_TTL_S = 30.0
+MIN_MAPPED_BYTES = 1 << 20  # a shared mapping smaller than this is a system cache, not data
 MAX_FDS = 512  # a process with more open files is read in part (the first ones listed)
 # Filesystems whose reads never wait on a device.
 _PSEUDO = frozenset(
@@ -106,12 +112,27 @@ class StorageReader:
 
     def read(self, pid: int) -> tuple[OpenStorage, ...]:
         """Each filesystem or block device ``pid`` has files open for reading on, once,
-        in the order of its fds; () where none (or its fds cannot be read)."""
+        in the order of its fds, else those of the files it has mapped shared; () where
+        none (or its fds cannot be read)."""
         base = f"{self.root}/{pid}/fd"
         try:
             fds = os.listdir(base)[:MAX_FDS]
         except OSError:
             return ()
+        found = self._open_files(pid, base, fds)
+        if not found:
+            found = self._mapped_files(pid)
+        return tuple(OpenStorage(mount=m, fstype=t, source=s) for m, t, s in found)
+
+    def _place(self, table: dict[int, list[_Mount]], dev: int, path: str) -> _Mount | None:
+        """The mount a file on ``dev`` at ``path`` is under; None on a pseudo filesystem."""
+        mounts = table.get(dev)
+        if not mounts:
+            return None
+        mount = next((m for m in mounts if _under(path, m[0])), mounts[-1])
+        return None if mount[1] in _PSEUDO else mount
+
+    def _open_files(self, pid: int, base: str, fds: list[str]) -> dict[_Mount, None]:
         found: dict[tuple[str, str, str], None] = {}
         table: dict[int, list[_Mount]] | None = None
         for fd in fds:
@@ -135,15 +156,50 @@ class StorageReader:
                 continue
             if table is None:
                 table = self._mount_table(pid)
-            mounts = table.get(st.st_dev)
-            if not mounts:
+            if st.st_dev not in table:
                 continue
             try:
                 path = os.readlink(link)
             except OSError:
                 path = ""
-            mount = next((m for m in mounts if _under(path, m[0])), mounts[-1])
-            if mount[1] in _PSEUDO:
+            mount = self._place(table, st.st_dev, path)
+            if mount is not None:
+                found[mount] = None
+        return found
+
+    def _mapped_files(self, pid: int) -> dict[_Mount, None]:
+        """The mounts of the files ``pid`` maps shared and readable, never executable."""
+        try:
+            with open(f"{self.root}/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            return {}
+        shared: dict[str, int] = {}
+        size: dict[str, int] = {}
+        code: set[str] = set()
+        for line in text.splitlines():
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].startswith("/") or parts[4] == "0":
                 continue
-            found[mount] = None
-        return tuple(OpenStorage(mount=m, fstype=t, source=s) for m, t, s in found)
+            perms, path = parts[1], parts[5]
+            if "x" in perms:
+                code.add(path)
+            elif perms.startswith("r") and perms.endswith("s"):
+                major, _, minor = parts[3].partition(":")
+                start, _, end = parts[0].partition("-")
+                try:
+                    shared.setdefault(path, os.makedev(int(major, 16), int(minor, 16)))
+                    size[path] = size.get(path, 0) + int(end, 16) - int(start, 16)
+                except ValueError:
+                    continue
+        found: dict[_Mount, None] = {}
+        table: dict[int, list[_Mount]] | None = None
+        for path, dev in shared.items():
+            if path in code or size.get(path, 0) < MIN_MAPPED_BYTES:
+                continue
+            if table is None:
+                table = self._mount_table(pid)
+            mount = self._place(table, dev, path.removesuffix(" (deleted)"))
+            if mount is not None:
+                found[mount] = None
+        return found

@@ -68,3 +68,35 @@ def test_a_failing_pyspy_says_why(tmp_path: Path) -> None:
     exe.chmod(0o755)
     text = pyspy_dump(1, search_path=str(tmp_path))
     assert text.startswith("py-spy dump failed: Permission denied (os error 13)")
+    assert text.endswith("(needs ptrace permission: run as root or same user)"), text
+
+
+def test_a_pyspy_failure_that_is_not_about_permission_gets_no_ptrace_hint(tmp_path: Path) -> None:
+    exe = tmp_path / "py-spy"
+    exe.write_text(
+        "#!/bin/sh\necho 'Error: Failed to find python version from target process' >&2\nexit 1\n"
+    )
+    exe.chmod(0o755)
+    text = pyspy_dump(1, search_path=str(tmp_path))
+    assert text == "py-spy dump failed: Error: Failed to find python version from target process"
+
+
+def test_a_kernel_thread_is_told_apart_without_running_pyspy(tmp_path: Path) -> None:
+    from gputop.sources.procfs import parse_stat
+
+    def kthread(pid: str) -> bool:
+        try:
+            st = parse_stat(Path(f"/proc/{pid}/stat").read_bytes())
+        except OSError:
+            return False
+        return st is not None and st.kthread
+
+    pid = next(int(p) for p in sorted(os.listdir("/proc")) if p.isdigit() and kthread(p))
+    # A py-spy that would say something else: it must not be run.
+    exe = tmp_path / "py-spy"
+    exe.write_text("#!/bin/sh\necho 'Thread 1 (idle)'\n")
+    exe.chmod(0o755)
+    assert pyspy_dump(pid, search_path=str(tmp_path)) == (
+        "A kernel thread: it runs no Python, so there is no Python stack."
+    )
+    assert pyspy_dump(os.getpid(), search_path=str(tmp_path)) == "Thread 1 (idle)"

@@ -82,3 +82,48 @@ def test_stdio_is_never_the_data_even_a_readable_file(tmp_path: Path) -> None:
             child.kill()
             child.wait()
             Path("/dev/shm", shm).unlink(missing_ok=True)
+
+
+MAP = """
+import ctypes, mmap, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [
+    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long
+]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+flags = mmap.MAP_SHARED if sys.argv[2] == "shared" else mmap.MAP_PRIVATE
+addr = libc.mmap(None, 2 << 20, mmap.PROT_READ, flags, fd, 0)
+assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+os.close(fd)  # as torch.from_file and safetensors do: the mapping stays, the fd goes
+fds = os.listdir("/proc/self/fd")
+assert not any(os.path.realpath("/proc/self/fd/" + f) == sys.argv[1] for f in fds)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(shutil.which("findmnt") is None, reason="needs findmnt (util-linux)")
+@pytest.mark.parametrize("how", ["shared", "private"])
+def test_a_dataset_mapped_shared_with_its_file_closed_is_named_by_its_filesystem(
+    tmp_path: Path, how: str
+) -> None:
+    data = tmp_path / "train.safetensors"
+    with open(data, "wb") as f:
+        f.truncate(2 << 20)  # 2 MiB, mapped whole
+    child = subprocess.Popen(
+        [sys.executable, "-c", MAP, str(data.resolve()), how], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        maps = Path(f"/proc/{child.pid}/maps").read_text()
+        assert str(data.resolve()) in maps, "the premise: mapped with no fd open"
+        want = _findmnt(tmp_path)
+        if want.fstype == "tmpfs":
+            pytest.skip("the test's directory is on tmpfs, which gputop leaves out")
+        # Shared: named. Private (a library's data, a locale archive): not read as data;
+        # nor is glibc's gconv-modules.cache, which every Python maps shared (28 KiB).
+        assert StorageReader().read(child.pid) == ((want,) if how == "shared" else ())
+    finally:
+        child.kill()
+        child.wait()

@@ -97,3 +97,42 @@ def test_storage_survives_a_frames_json_round_trip() -> None:
     d["processes"][0]["storage"] = [{"mount": 3, "fstype": "xfs", "source": "/sdb"}]
     with pytest.raises(ValueError, match="mount"):
         Frame.from_dict(d)
+
+
+def test_with_no_data_fd_the_shared_readable_mappings_are_read_and_code_is_not(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "shard.bin"
+    data.write_bytes(b"x")
+    proc = tmp_path / "proc"
+    _process_in_namespace(proc, 30, "4026531003", data)
+    (proc / "30" / "fd" / "3").unlink()  # the dataset's fd closed after mapping it
+    dev = data.stat().st_dev
+    hexdev = f"{os.major(dev):02x}:{os.minor(dev):02x}"
+    # The same device is also the root filesystem: whatever is wrongly taken names "/".
+    with open(proc / "30" / "mountinfo", "a") as f:
+        f.write(f"21 1 {os.major(dev)}:{os.minor(dev)} / / rw - ext4 /dev/vda rw\n")
+    (proc / "30" / "maps").write_text(
+        # The dataset: shared, readable, on /data30.
+        f"7f0000000000-7f0040000000 r--s 00000000 {hexdev} 1234 /data30/shard.bin\n"
+        # A library: code and read-only data, private; a locale archive, private.
+        f"7f1000000000-7f1000100000 r-xp 00000000 {hexdev} 99 /usr/lib/libx.so\n"
+        f"7f1000100000-7f1000200000 r--p 00100000 {hexdev} 99 /usr/lib/libx.so\n"
+        f"7f2000000000-7f2000300000 r--p 00000000 {hexdev} 98 /usr/lib/locale/locale-archive\n"
+        # Shared and readable but small: a system cache (glibc's gconv-modules.cache).
+        f"7f2800000000-7f2800007000 r--s 00000000 {hexdev} 96 /usr/lib/gconv/gconv-modules.cache\n"
+        # Shared but also executable somewhere: code, not data.
+        f"7f3000000000-7f3000200000 r--s 00000000 {hexdev} 97 /opt/jit.bin\n"
+        f"7f3000200000-7f3000201000 r-xs 00200000 {hexdev} 97 /opt/jit.bin\n"
+        # Shared but not readable (a guard region).
+        f"7f3800000000-7f3800200000 ---s 00000000 {hexdev} 95 /opt/guard.bin\n"
+        # Anonymous memory, the heap, and a device with no mount in the table.
+        "7f4000000000-7f4000001000 rw-s 00000000 00:01 5 /SYSV00000000 (deleted)\n"
+        "55d000000000-55d000021000 rw-p 00000000 00:00 0                  [heap]\n"
+        "7f5000000000-7f5000001000 rw-p 00000000 00:00 0 \n"
+    )
+    reader = StorageReader(str(proc))
+    assert reader.read(30) == (OpenStorage("/data30", "xfs", "/dev/sdz"),)
+    # An fd open on a file (its path outside /data30, so under "/"): the maps are not read.
+    (proc / "30" / "fd" / "4").symlink_to(data)
+    assert reader.read(30) == (OpenStorage("/", "ext4", "/dev/vda"),)
