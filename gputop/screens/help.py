@@ -16,7 +16,9 @@ from textual.widgets import Static
 ABOUT = (
     "GPU_UTIL is the share of time any kernel ran; SM is how busy the SMs really were. "
     "eff = SM ÷ GPU_UTIL. OFF% = share of the interval the main thread was off-CPU; "
-    "RUNQ% = runnable but waiting for a CPU; PRE/s = involuntary context switches per second."
+    "RUNQ% = runnable but waiting for a CPU; THR% (under a cgroup CPU limit) = the part of it "
+    "the limit held back; IO% = in disk I/O (uninterruptible sleep, eBPF); "
+    "PRE/s = involuntary context switches per second."
 )
 
 
