@@ -14,8 +14,12 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gputop.sources.procfs import parse_stat
+
+if TYPE_CHECKING:
+    from gputop.sources.procfs import _Stat
 
 PYSPY_TIMEOUT_S = 10.0
 PYSPY_INSTALL_HINT = "pip install py-spy  (or: pip install 'gputop-tui[pyspy]')"
@@ -30,14 +34,21 @@ class SignalOutcome:
     message: str
 
 
-def signal_process(pid: int, start_time: int, sig: int, proc_root: str = "/proc") -> SignalOutcome:
-    """Send ``sig`` to ``pid`` only if it is still the process that started at ``start_time``."""
+def _read_stat(pid: int, proc_root: str) -> _Stat | None:
+    """``pid``'s stat line, parsed; None where it is gone (or the line unreadable)."""
     try:
         with open(f"{proc_root}/{pid}/stat", "rb") as fh:
-            st = parse_stat(fh.read())
+            return parse_stat(fh.read())
     except OSError:
+        return None
+
+
+def signal_process(pid: int, start_time: int, sig: int, proc_root: str = "/proc") -> SignalOutcome:
+    """Send ``sig`` to ``pid`` only if it is still the process that started at ``start_time``."""
+    st = _read_stat(pid, proc_root)
+    if st is None:
         return SignalOutcome(pid, False, f"PID {pid} has already exited")
-    if st is None or st.start != start_time:
+    if st.start != start_time:
         return SignalOutcome(pid, False, f"PID {pid} is now a different process; not signalled")
     try:
         os.kill(pid, sig)
@@ -59,18 +70,10 @@ def find_pyspy(search_path: str | None = None) -> str | None:
     return shutil.which("py-spy", path=search_path)
 
 
-def _kernel_thread(pid: int, proc_root: str = "/proc") -> bool:
-    try:
-        with open(f"{proc_root}/{pid}/stat", "rb") as f:
-            st = parse_stat(f.read())
-    except OSError:
-        return False
-    return st is not None and st.kthread
-
-
 def pyspy_dump(pid: int, search_path: str | None = None, proc_root: str = "/proc") -> str:
     """The process's Python stack from ``py-spy dump``, or one line saying why there is none."""
-    if _kernel_thread(pid, proc_root):
+    st = _read_stat(pid, proc_root)
+    if st is not None and st.kthread:
         return "A kernel thread: it runs no Python, so there is no Python stack."
     exe = find_pyspy(search_path)
     if exe is None:

@@ -12,9 +12,9 @@ and the longest mount point over its path; a block device read directly (``O_DIR
 on ``/dev/...``) is named by its path. A process with no such fd is read once more in
 ``/proc/PID/maps``, for a dataset mapped into memory with its file closed since (PyTorch's
 ``torch.from_file``, safetensors): its shared, readable, never executable file mappings of
-``MIN_MAPPED_BYTES`` or more (libraries and programs map their code executable, a locale
-archive is mapped private, and glibc's small caches such as ``gconv-modules.cache`` are
-under that size), placed by their device number the same way. The mount tables are kept
+``MIN_MAPPED_BYTES`` or more (libraries, programs and a locale archive are mapped private,
+and glibc's small caches such as ``gconv-modules.cache`` are under that size), placed by
+their device number the same way. The mount tables are kept
 per mount namespace and read again after ``MOUNTS_TTL_S``; a namespace's table not read
 for that long is dropped, so containers that come and go leave nothing behind.
 """
@@ -174,28 +174,33 @@ class StorageReader:
                 text = f.read()
         except OSError:
             return {}
-        shared: dict[str, int] = {}
-        size: dict[str, int] = {}
-        code: set[str] = set()
+        # path -> (device, bytes mapped readable, some mapping of it executable). Libraries,
+        # programs and locale archives are mapped private: only the few shared lines are split.
+        shared: dict[str, tuple[int, int, bool]] = {}
         for line in text.splitlines():
+            sp = line.find(" ")
+            perms = line[sp + 1 : sp + 5]
+            if sp < 0 or perms[3:] != "s":
+                continue
             parts = line.split(None, 5)
             if len(parts) < 6 or not parts[5].startswith("/") or parts[4] == "0":
                 continue
-            perms, path = parts[1], parts[5]
+            major, _, minor = parts[3].partition(":")
+            start, _, end = parts[0].partition("-")
+            try:
+                dev = os.makedev(int(major, 16), int(minor, 16))
+                n = int(end, 16) - int(start, 16)
+            except ValueError:
+                continue
+            _, total, code = shared.get(parts[5], (dev, 0, False))
             if "x" in perms:
-                code.add(path)
-            elif perms.startswith("r") and perms.endswith("s"):
-                major, _, minor = parts[3].partition(":")
-                start, _, end = parts[0].partition("-")
-                try:
-                    shared.setdefault(path, os.makedev(int(major, 16), int(minor, 16)))
-                    size[path] = size.get(path, 0) + int(end, 16) - int(start, 16)
-                except ValueError:
-                    continue
+                shared[parts[5]] = (dev, total, True)
+            elif perms[0] == "r":
+                shared[parts[5]] = (dev, total + n, code)
         found: dict[_Mount, None] = {}
         table: dict[int, list[_Mount]] | None = None
-        for path, dev in shared.items():
-            if path in code or size.get(path, 0) < MIN_MAPPED_BYTES:
+        for path, (dev, total, code) in shared.items():
+            if code or total < MIN_MAPPED_BYTES:
                 continue
             if table is None:
                 table = self._mount_table(pid)
