@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from gputop.app import GputopApp  # noqa: E402
 from gputop.feeds import ReplayFeed  # noqa: E402
 from gputop.model.frame import Frame  # noqa: E402
-from gputop.widgets.process_table import row_key  # noqa: E402
+from gputop.widgets.table_layout import row_key  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from gputop.widgets.process_table import COLUMNS, Column
+from gputop.widgets.table_layout import COLUMNS, Column
 
 
 class SortScreen(ModalScreen[str | None]):

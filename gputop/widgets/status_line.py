@@ -6,7 +6,7 @@ from gputop.messages import TableView
 from gputop.model.frame import Sources
 from gputop.model.view import ScreenView
 from gputop.widgets.lines import Line, LineWidget
-from gputop.widgets.process_table import sort_label
+from gputop.widgets.table_layout import sort_label
 
 
 class StatusLine(LineWidget):

@@ -9,7 +9,7 @@ from gputop.app import GputopApp
 from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.widgets.gpu_panel import GpuPanel
-from gputop.widgets.process_table import row_key
+from gputop.widgets.table_layout import row_key
 from tests.frames_fixture import make_frames
 
 CID = "4f1c" + "0123456789abcdef" * 3 + "0a1b2c3d4e5f"

@@ -29,8 +29,9 @@ from gputop.widgets.gpu_area import GpuArea, GpuList
 from gputop.widgets.gpu_panel import GpuPanel
 from gputop.widgets.host_header import HostHeader
 from gputop.widgets.key_footer import KeyFooter
-from gputop.widgets.process_table import ProcessTable, visible_columns
+from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.sparkline import MISSING
+from gputop.widgets.table_layout import visible_columns
 from gputop.widgets.verdict_panel import STRIP_GLYPHS, VerdictPanel
 from tests.frames_fixture import (
     JOB_CPUS,

@@ -12,8 +12,8 @@ from gputop.app import GputopApp
 from gputop.config import Config, load_config, parse_config
 from gputop.errors import UsageError
 from gputop.screens.process import histogram_lines
-from gputop.widgets.process_table import arrange
 from gputop.widgets.sparkline import sparkline
+from gputop.widgets.table_layout import arrange
 from tests.frames_fixture import OTHER_TRAINER_PID, WORKER_PIDS, PushFeed, make_frame
 
 # ---- config ------------------------------------------------------------------
@@ -101,7 +101,7 @@ def test_histogram_lines_cover_the_nonzero_log2_buckets() -> None:
     ],
 )
 def test_command_column_names_renamed_processes(comm: str, cmdline: str, shown: str) -> None:
-    from gputop.widgets.process_table import command_text
+    from gputop.widgets.table_layout import command_text
 
     p = replace(make_frame(0).processes[0], comm=comm, cmdline=cmdline)
     assert command_text(p) == shown

@@ -40,7 +40,7 @@ def test_cgroup_path_prefers_the_unified_line_and_falls_back_to_v1() -> None:
 def test_the_tui_filter_finds_processes_by_pod_and_namespace() -> None:
     from dataclasses import replace
 
-    from gputop.widgets.process_table import arrange
+    from gputop.widgets.table_layout import arrange
     from tests.frames_fixture import make_frame
 
     procs = list(make_frame(0).processes)

@@ -243,7 +243,7 @@ def test_the_drill_down_names_a_ranks_place_in_its_job() -> None:
 
 
 def test_the_table_names_a_rank_in_its_role_cell_and_filters_by_rank_and_job() -> None:
-    from gputop.widgets.process_table import matches, role_text
+    from gputop.widgets.table_layout import matches, role_text
 
     p = next(p for p in make_frames(3)[-1].processes if p.pid == STARVING_TRAINER_PID)
     rank = replace(p, job_id="Run-7", rank=1, world_size=2)
@@ -253,7 +253,7 @@ def test_the_table_names_a_rank_in_its_role_cell_and_filters_by_rank_and_job() -
 
 
 def test_in_tree_mode_a_jobs_ranks_stay_together_in_rank_order_with_their_workers() -> None:
-    from gputop.widgets.process_table import arrange
+    from gputop.widgets.table_layout import arrange
 
     procs = list(make_frames(3)[-1].processes)
     starving = next(p for p in procs if p.pid == STARVING_TRAINER_PID)
