@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import struct
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import pytest
@@ -15,7 +19,13 @@ from gputop.model.readings import Pipeline, ProbeReading
 from gputop.model.sched_intervals import SchedIntervals
 from gputop.sources.bcc_find import find_bcc
 from gputop.sources.bpf_build import find_clang
-from gputop.sources.bpf_syscall import link_ids, loaded_program_ids
+from gputop.sources.bpf_syscall import (
+    BPF_OBJ_GET_INFO_BY_FD,
+    BPF_PROG_GET_FD_BY_ID,
+    bpf,
+    link_ids,
+    loaded_program_ids,
+)
 from tests.harness import ROOT
 
 
@@ -207,3 +217,53 @@ def perf_attachments() -> list[dict[str, Any]]:
 def held_perf_attachments(pid: int) -> list[dict[str, Any]]:
     """The ``perf_attachments()`` that process ``pid`` holds."""
     return [a for a in perf_attachments() if a["pid"] == pid]
+
+
+# ---- whether a program still runs: the kernel's own run counts (bpf_stats) ----------------
+
+_BPF_ENABLE_STATS = 32
+_BPF_STATS_RUN_TIME = 0
+# struct bpf_prog_info (include/uapi/linux/bpf.h): name at 64, run_cnt at 200.
+_INFO_SIZE = 216
+_NAME_AT, _RUN_CNT_AT = 64, 200
+
+
+class _U32Attr(ctypes.Structure):
+    _fields_ = (("value", ctypes.c_uint32), ("_pad", ctypes.c_uint32 * 3))
+
+
+@contextmanager
+def run_stats() -> Iterator[None]:
+    """The kernel counts every run of every BPF program while this is held (BPF_ENABLE_STATS:
+    like ``kernel.bpf_stats_enabled=1``, and undone when its fd closes)."""
+    fd = bpf(_BPF_ENABLE_STATS, _U32Attr(_BPF_STATS_RUN_TIME))
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def prog_fds(ids: set[int]) -> dict[int, int]:
+    """Id -> a descriptor of that program (which keeps it loaded, not attached, until
+    closed), for each still loaded."""
+    out = {}
+    for i in ids:
+        try:
+            out[i] = bpf(BPF_PROG_GET_FD_BY_ID, _U32Attr(i))
+        except FileNotFoundError:
+            continue
+    return out
+
+
+class _InfoAttr(ctypes.Structure):
+    _fields_ = (("fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64))
+
+
+def prog_runs(fd: int) -> tuple[str, int]:
+    """(name, run count) of the program behind ``fd``, from the kernel's bpf_prog_info."""
+    info = ctypes.create_string_buffer(_INFO_SIZE)
+    bpf(BPF_OBJ_GET_INFO_BY_FD, _InfoAttr(fd, _INFO_SIZE, ctypes.addressof(info)))
+    raw = info.raw
+    name = raw[_NAME_AT : _NAME_AT + 16].split(b"\0", 1)[0].decode()
+    count: int = struct.unpack_from("<Q", raw, _RUN_CNT_AT)[0]
+    return name, count

@@ -10,9 +10,11 @@ wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
 a spinning synchronization burns). One line per step goes to ``--out``:
 
     next_start next_end blocked_in_next_ns step_end runq_in_next_ns step_cpu_ns wait_start
+    work_cpu_ns
 
 (monotonic seconds, nanoseconds; ``wait_start``: when the step's first waiting CUDA
-call began, or next_end without the fake libcuda). ``blocked_share()`` turns those lines into the
+call began, or next_end without the fake libcuda; ``work_cpu_ns``: on a CPU from next()'s
+start to the GPU step). ``blocked_share()`` turns those lines into the
 share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
 it beside gputop's ``wait_input_pct`` over the same window.
 
@@ -47,8 +49,8 @@ class Work:
     """The workers' dataset, importable by pickling (spawn/forkserver need a module-level class).
 
     ``read_dev``: each sample also reads one random 4 KiB block of this device with
-    O_DIRECT (no page cache), and the worker appends "unix_time total_read_s" after each
-    read to ``{reads_to}.{its pid}`` (its own clock, ``perf_counter``).
+    O_DIRECT (no page cache), and the worker appends "unix_time total_read_s monotonic_time"
+    after each read to ``{reads_to}.{its pid}`` (its own clock, ``perf_counter``).
     """
 
     def __init__(
@@ -74,7 +76,7 @@ class Work:
         t0 = time.perf_counter()
         os.preadv(self._fd, [self._buf], (i * 7919 % self._blocks) * 4096)
         self._read_s += time.perf_counter() - t0
-        self._log.write(f"{time.time()} {self._read_s}\n")
+        self._log.write(f"{time.time()} {self._read_s} {time.perf_counter()}\n")
 
     def __getitem__(self, i: int) -> object:
         import torch
@@ -308,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             c3 = time.thread_time_ns()
             waited = _cuda.waited_at if _cuda is not None else t1
             out.write(
-                f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2} {waited:.7f}\n"
+                f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2} {waited:.7f}"
+                f" {c2 - c0}\n"
             )
 
 
@@ -323,13 +326,16 @@ class Step:
     runq_ns: int = 0  # waiting for a CPU inside next()
     step_cpu_ns: int = 0  # on a CPU during the GPU step (a spinning sync's own CPU time)
     wait_start: float = 0.0  # when the step's first waiting CUDA call began (0: not recorded)
+    # On a CPU from next()'s start to the GPU step: unpickling and collating the batch, and
+    # the trainer's own work per step (its thread CPU clock; 0: not recorded).
+    work_cpu_ns: int = 0
 
 
 def read_steps(path: Path) -> list[Step]:
     steps = []
     for line in path.read_text().splitlines(keepends=True):
         parts = line.split()
-        if len(parts) not in (6, 7) or not line.endswith("\n"):
+        if len(parts) not in (6, 7, 8) or not line.endswith("\n"):
             continue  # the last line may be half-written
         steps.append(
             Step(
@@ -339,7 +345,8 @@ def read_steps(path: Path) -> list[Step]:
                 float(parts[3]),
                 int(parts[4]),
                 int(parts[5]),
-                float(parts[6]) if len(parts) == 7 else 0.0,
+                float(parts[6]) if len(parts) >= 7 else 0.0,
+                int(parts[7]) if len(parts) == 8 else 0,
             )
         )
     return steps

@@ -4,8 +4,8 @@ bcc brings LLVM: importing it costs about 65 MiB of memory and compiling more,
 which a monitor that runs for days beside the job it watches should not carry.
 So gputop never imports bcc. ``spawn()`` starts ``gputop.sources.bpf_child`` (at
 nice 19), which compiles and attaches the program and sends back over a Unix
-socketpair (SCM_RIGHTS) the program fds, the perf-event fds that hold each
-tracepoint attachment, and the map fds with each map's name and bcc's JSON type
+socketpair (SCM_RIGHTS) the program fds, the BPF link and perf-event fds that
+hold each tracepoint attachment, and the map fds with each map's name and bcc's JSON type
 description; then it exits; ``receive()`` turns that into a ``Handover``. The child
 dies with its parent (PR_SET_PDEATHSIG), and fds still in flight in the socket are
 dropped with it. ``BccLoader`` is this path behind the ``ProbeLoader`` interface.
@@ -31,6 +31,7 @@ from typing import IO, ClassVar
 
 from gputop.sources.bcc_find import INSTALL_FIX
 from gputop.sources.bpf_handover import Handover, MapFd, close_quietly
+from gputop.sources.bpf_syscall import Attachment
 from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader, Unavailable
 
 # Where bcc looks for a tracepoint's layout, in its own order.
@@ -170,13 +171,18 @@ def receive(sp: Spawned, timeout_s: float) -> Handover:
                 if tail and tail not in reason:
                     reason += f" ({tail})"
             raise HandoverError(reason, unavailable=msg.get("stage") == "bcc")
-        names = [*msg["programs"], *msg["attachments"], *(m["name"] for m in msg["maps"])]
-        if len(names) != len(fds):
-            raise HandoverError(f"handover carried {len(fds)} fds for {len(names)} objects")
+        attached = [(str(n), bool(link), bool(event)) for n, link, event in msg["attachments"]]
+        wanted = len(msg["programs"]) + sum(link + event for _, link, event in attached)
+        wanted += len(msg["maps"])
+        if wanted != len(fds):
+            raise HandoverError(f"handover carried {len(fds)} fds for {wanted}")
         it = iter(fds)
         ho = Handover(
             programs={n: next(it) for n in msg["programs"]},
-            attachments={n: next(it) for n in msg["attachments"]},
+            attachments={
+                n: Attachment(next(it) if link else None, next(it) if event else None)
+                for n, link, event in attached
+            },
             maps={m["name"]: MapFd(next(it), m["key_desc"], m["leaf_desc"]) for m in msg["maps"]},
             compile_s=float(msg.get("compile_s", 0.0)),
             child_peak_rss_kib=int(msg.get("child_peak_rss_kib", 0)),

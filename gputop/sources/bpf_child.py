@@ -1,12 +1,13 @@
-"""The short-lived compiler process: bcc compiles and attaches, then hands the fds over.
+"""The short-lived compiler process: bcc compiles, this attaches, then hands the fds over.
 
 Run by ``bpf_handover.spawn`` as ``python -m gputop.sources.bpf_child SOCK_FD
 PARENT_PID SRC [CFLAG...]``. It imports bcc (and with it LLVM, about 65 MiB
-the long-lived gputop process never pays), compiles ``SRC``, lets bcc attach
-every ``TRACEPOINT_PROBE``, and sends one message over the Unix socket
-``SOCK_FD``: a JSON description, with the program, attachment and map file
-descriptors as SCM_RIGHTS. Then it exits without running bcc's cleanup, which
-would disable the perf events the parent now shares.
+the long-lived gputop process never pays), compiles ``SRC``, attaches every
+``TRACEPOINT_PROBE`` through a BPF link on its perf event (``bpf_syscall``; bcc's
+own attach sets the program on the event, where it runs until the event is
+freed), and sends one message over the Unix socket ``SOCK_FD``: a JSON
+description, with the program, attachment and map file descriptors as
+SCM_RIGHTS. Then it exits without running bcc's cleanup.
 
 It dies with its parent (PR_SET_PDEATHSIG): a gputop killed mid-compile leaves
 neither a compiler running nor a program attached. It runs at nice 19 so the
@@ -23,7 +24,10 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gputop.sources.bpf_syscall import Attachment
 
 PR_SET_PDEATHSIG = 1
 NICE = 19
@@ -76,21 +80,54 @@ def _tables(bcc: Any, bpf: Any) -> list[tuple[str, int, Any, Any]]:
     return out
 
 
-def _attach_pairs(bpf: Any, pairs: list[list[str]]) -> None:
-    """Attach (entry, program, exit, program) tracepoint pairs; drop a pair the kernel refuses.
+def _tracepoint_id(tp: str) -> int:
+    """The trace event's id in tracefs (``category:event``); OSError or ValueError if none."""
+    from gputop.sources.bcc_loader import TRACEFS_DIRS
+
+    category, event = tp.split(":", 1)
+    for d in TRACEFS_DIRS:
+        try:
+            with open(f"{d}/events/{category}/{event}/id", encoding="ascii") as f:
+                return int(f.read().strip())
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(f"no trace event {tp}")
+
+
+def _attach(bcc: Any, bpf: Any, tp: str, fn: str) -> Attachment:
+    from gputop.sources.bpf_syscall import attach_tracepoint
+
+    prog = bpf.load_func(fn.encode(), bcc.BPF.TRACEPOINT)
+    return attach_tracepoint(int(prog.fd), _tracepoint_id(tp))
+
+
+def _attach_all(bcc: Any, bpf: Any, pairs: list[list[str]]) -> dict[str, Attachment]:
+    """Every ``TRACEPOINT_PROBE`` (a failure fails the load), then the (entry, program,
+    exit, program) pairs, exit first, dropping a pair the kernel refuses.
 
     The exit first: an event in flight during the attach can then only miss its
     entry, never leave an entry without its exit.
     """
+    from gputop.sources.bpf_handover import detach
+
+    done: dict[str, Attachment] = {}
+    for i in range(int(bcc.libbcc.lib.bpf_num_functions(bpf.module))):
+        fn = bcc.libbcc.lib.bpf_function_name(bpf.module, i).decode()
+        if fn.startswith("tracepoint__"):
+            tp = fn.removeprefix("tracepoint__").replace("__", ":")
+            done[f"tracepoint:{tp}"] = _attach(bcc, bpf, tp, fn)
     for entry_tp, entry_fn, exit_tp, exit_fn in pairs:
         try:
-            bpf.attach_tracepoint(tp=exit_tp.encode(), fn_name=exit_fn.encode())
+            exit_at = _attach(bcc, bpf, exit_tp, exit_fn)
         except Exception:  # noqa: BLE001 - refused by this kernel: skip the pair
             continue
         try:
-            bpf.attach_tracepoint(tp=entry_tp.encode(), fn_name=entry_fn.encode())
+            done[f"tracepoint:{entry_tp}"] = _attach(bcc, bpf, entry_tp, entry_fn)
         except Exception:  # noqa: BLE001
-            bpf.detach_tracepoint(tp=exit_tp.encode())
+            detach([exit_at])
+            continue
+        done[f"tracepoint:{exit_tp}"] = exit_at
+    return done
 
 
 _MAP_CALL = re.compile(r"\bGT_(LOOKUP|INSERT|UPDATE|DELETE)\(\s*(\w+)\s*,\s*")
@@ -119,13 +156,22 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
             text = bcc_source(f.read())
     except OSError as exc:
         return {"ok": False, "stage": "compile", "reason": f"cannot read {src}: {exc}"}, []
+
+    class Unattached(bcc.BPF):  # type: ignore[misc, name-defined]
+        """bcc's BPF, which attaches nothing while constructing: this module attaches."""
+
+        def _trace_autoload(self) -> None:
+            pass
+
     try:
-        # bcc attaches every TRACEPOINT_PROBE while constructing.
-        bpf = bcc.BPF(text=text.encode(), cflags=cflags)
-    except Exception as exc:  # noqa: BLE001 - compile, verifier or attach failure
+        bpf = Unattached(text=text.encode(), cflags=cflags)
+    except Exception as exc:  # noqa: BLE001 - compile or verifier failure
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     compile_s = time.monotonic() - started
-    _attach_pairs(bpf, json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")))
+    try:
+        attached = _attach_all(bcc, bpf, json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")))
+    except Exception as exc:  # noqa: BLE001 - verifier or attach failure
+        return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     # Programs the parent attaches itself later (uprobes): loaded, handed over unattached.
     for name in json.loads(os.environ.get("GPUTOP_BPF_LOAD", "[]")):
         try:
@@ -138,11 +184,9 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
         programs.append(name.decode())
         fds.append(int(fn.fd))
     attachments = []
-    kinds = (("tracepoint", bpf.tracepoint_fds), ("raw_tracepoint", bpf.raw_tracepoint_fds))
-    for kind, table in kinds:
-        for tp, fd in table.items():
-            attachments.append(f"{kind}:{tp.decode()}")
-            fds.append(int(fd))
+    for name, a in attached.items():
+        attachments.append([name, a.link_fd is not None, a.event_fd is not None])
+        fds.extend(fd for fd in (a.link_fd, a.event_fd) if fd is not None)
     maps = []
     for name, fd, key_desc, leaf_desc in _tables(bcc, bpf):
         maps.append({"name": name, "key_desc": key_desc, "leaf_desc": leaf_desc})

@@ -2,9 +2,13 @@
 
 Both loaders (``probe_loader``) end in a ``Handover``: program, attachment and map
 descriptors. The maps are read with ``bpf(2)`` (``bpf_syscall``). Nothing is
-pinned: every attachment lives only as long as a descriptor. When gputop exits by
-any path, SIGKILL included, the kernel closes its fds, which detaches the programs
-and frees them; ``close()`` does it sooner, and never waits on the kernel.
+pinned: every attachment lives only as long as a descriptor. Every program sits on
+its hook through a BPF link where the kernel has them (raw tracepoints; perf events
+since Linux 5.15), so letting go stops it at once: ``close()`` closes the links
+(in parallel: one grace period in all, tens of milliseconds) and hands the perf
+events, whose close waits for the tracing grace periods, to a child
+(``release``). When gputop exits by any other path, SIGKILL included, the kernel
+closes its fds, which detaches the programs the same way.
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.sources.bpf_syscall import BpfMap, LayoutMismatch, prog_info
+from gputop.sources.bpf_syscall import Attachment, BpfMap, LayoutMismatch, prog_info
 
 
 @dataclass
@@ -34,13 +38,13 @@ class Handover:
     """An attached program, held only by file descriptors in this process.
 
     ``programs``: program name -> fd; ``attachments``: e.g.
-    ``tracepoint:sched:sched_switch`` -> the perf-event fd that keeps it
-    attached; ``maps``: name -> fd and bcc's type description. ``close()``
+    ``tracepoint:sched:sched_switch`` -> the link and perf-event fds that keep
+    it attached; ``maps``: name -> fd and bcc's type description. ``close()``
     detaches everything; so does this process exiting.
     """
 
     programs: dict[str, int]
-    attachments: dict[str, int]
+    attachments: dict[str, Attachment]
     maps: dict[str, MapFd]
     compile_s: float = 0.0
     child_peak_rss_kib: int = 0
@@ -77,45 +81,49 @@ class Handover:
         return {name: int(prog_info(fd).id) for name, fd in self.programs.items()}
 
     def close(self) -> None:
-        """Detach and release everything: attachments first, then programs and maps.
-
-        BPF links (raw tracepoints) detach at once. Perf events (bcc's
-        tracepoints, uprobes) go to ``release``, so closing never waits on the
-        kernel.
-        """
+        """Detach and release everything: attachments first (``detach``), then programs
+        and maps. No program of this handover runs once it returns."""
         if self._closed:
             return
         self._closed = True
-        events = []
-        for name, fd in self.attachments.items():
-            if name.startswith(LINK_PREFIX):
-                close_quietly(fd)
-            else:
-                events.append(fd)
-        release(events)
+        detach(self.attachments.values())
         for fd in self.programs.values():
             close_quietly(fd)
         for m in self.maps.values():
             close_quietly(m.fd)
 
 
-# Attachments held by a BPF link (closing one returns at once); the others are perf events.
-LINK_PREFIX = "raw_tracepoint:"
+def detach(attachments: Iterable[Attachment]) -> subprocess.Popen[bytes] | None:
+    """Take programs off their hooks now; let a child wait out the perf events' release.
+
+    Each BPF link is closed first, all at once on threads: a raw tracepoint's
+    link returns at once, a perf event's link once the program is off the event
+    and one RCU-tasks-trace grace period has passed (25-40 ms each here, about
+    70 ms for ten in parallel, longer only where the kernel's threads wait for a
+    CPU). The perf events stay open here until then, so a link never holds the
+    last reference to one: their close, which waits for the tracing grace
+    periods, goes to ``release``'s child. Returns that child, or None.
+    """
+    held = list(attachments)
+    _close_parallel([a.link_fd for a in held if a.link_fd is not None])
+    return release([a.event_fd for a in held if a.event_fd is not None])
 
 
 def release(perf_fds: Sequence[int]) -> subprocess.Popen[bytes] | None:
     """Close perf-event fds (tracepoints, uprobes) without waiting for the kernel.
 
     Closing the last reference to a trace event's perf event waits for an RCU
-    grace period (``tracepoint_synchronize_unregister``): about 75 ms on an idle
+    grace period (``tracepoint_synchronize_unregister``): about 40 ms on an idle
     node, but minutes on one whose CPUs are all held by busy processes, where
     the kernel's own threads wait for a CPU; every thread of a process that
     exits meanwhile waits with it, and so does the shell. So a child process
     takes the last references: it inherits the fds, this process closes its own
     copies (never the last), and the child ends when its stdin closes, waiting
-    for the kernel in this process's place. Returns that child (None when there
-    was nothing to release or no child could start; then the fds are closed
-    here, in parallel: one grace period in all).
+    for the kernel in this process's place. The events carry no program by then
+    (``detach`` closed their links first), except on kernels without perf-event
+    links, where the program runs until the child's close. Returns that child
+    (None when there was nothing to release or no child could start; then the
+    fds are closed here, in parallel: one grace period in all).
     """
     if not perf_fds:
         return None
@@ -153,6 +161,9 @@ _CAT = shutil.which("cat") or "/bin/cat"
 
 
 def _close_parallel(fds: Sequence[int]) -> None:
+    if len(fds) == 1:
+        close_quietly(fds[0])
+        return
     closers = [threading.Thread(target=close_quietly, args=(fd,)) for fd in fds]
     for t in closers:
         t.start()

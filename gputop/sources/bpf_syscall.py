@@ -17,6 +17,7 @@ import errno
 import os
 import platform
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 # The system call number of bpf(2) on each architecture Debian ships.
@@ -56,7 +57,10 @@ BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_RAW_TRACEPOINT_OPEN = 17
 BPF_MAP_LOOKUP_BATCH = 24
 BPF_MAP_LOOKUP_AND_DELETE_BATCH = 25
+BPF_LINK_CREATE = 28
 BPF_LINK_GET_NEXT_ID = 31
+_BPF_PERF_EVENT = 41  # enum bpf_attach_type: a BPF link onto a perf event (Linux 5.15+)
+_PERF_TYPE_TRACEPOINT = 2
 
 BPF_ANY = 0
 # Per-CPU map types hold one value per possible CPU: not supported by this reader.
@@ -123,6 +127,16 @@ class _PerfEventAttr(ctypes.Structure):
         ("bp_type", ctypes.c_uint32),
         ("config1", ctypes.c_uint64),
         ("config2", ctypes.c_uint64),
+    )
+
+
+class _LinkCreateAttr(ctypes.Structure):
+    _fields_ = (
+        ("prog_fd", ctypes.c_uint32),
+        ("target_fd", ctypes.c_uint32),
+        ("attach_type", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("bpf_cookie", ctypes.c_uint64),
     )
 
 
@@ -253,12 +267,28 @@ def uprobe_pmu() -> tuple[int, int] | None:
     return pmu, bit
 
 
-def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> int:
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """What holds one program on one hook, as file descriptors of this process.
+
+    ``link_fd``: a BPF link; closing it takes the program off the hook at once
+    (a raw tracepoint's link returns at once; a perf event's link first waits
+    for one RCU-tasks-trace grace period, some 25-40 ms here). ``event_fd``: the
+    perf event (tracepoint, uprobe) the program is on; closing its last
+    reference waits for the tracing grace periods (``bpf_handover.release``
+    hands it to a child). A perf event without a link (kernels before 5.15)
+    keeps running its program until that close.
+    """
+
+    link_fd: int | None
+    event_fd: int | None = None
+
+
+def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> Attachment:
     """Attach a kprobe-type program at ``offset`` of the file ``path``, in every process.
 
-    Returns the perf-event fd that holds the attachment. The kernel resolves
-    ``path`` to its inode when the event is made: a path under ``/proc/PID/root``
-    reaches a library inside that process's container.
+    The kernel resolves ``path`` to its inode when the event is made: a path
+    under ``/proc/PID/root`` reaches a library inside that process's container.
     """
     pmu = uprobe_pmu()
     if pmu is None:
@@ -275,14 +305,28 @@ def attach_uprobe(prog_fd: int, path: str, offset: int, retprobe: bool) -> int:
     return _attach_perf_event(attr, prog_fd)
 
 
-def _attach_perf_event(attr: _PerfEventAttr, prog_fd: int) -> int:
-    """Open the perf event ``attr`` describes (every task, CPU 0: the program then runs on
-    every CPU) and run the program on it; returns the perf-event fd, which holds the attachment.
+def attach_tracepoint(prog_fd: int, tracepoint_id: int) -> Attachment:
+    """Attach a tracepoint-type program to trace event ``tracepoint_id`` (its tracefs ``id``)."""
+    attr = _PerfEventAttr(
+        type=_PERF_TYPE_TRACEPOINT, size=ctypes.sizeof(_PerfEventAttr), config=tracepoint_id
+    )
+    return _attach_perf_event(attr, prog_fd)
 
-    Closing a perf event of a trace event (a tracepoint, a uprobe) waits for an RCU
-    grace period in the kernel; ``bpf_handover.release`` closes them where gputop
-    does not wait.
+
+# None until the first perf event is attached: whether this kernel takes BPF links on perf events.
+_perf_links: bool | None = None
+
+
+def _attach_perf_event(attr: _PerfEventAttr, prog_fd: int) -> Attachment:
+    """Open the perf event ``attr`` describes (every task, CPU 0: the program then runs on
+    every CPU) and run the program on it, through a BPF link where the kernel has them.
+
+    The link is what lets gputop stop the program at once when it lets go
+    (``bpf_handover.detach``): a program set on the event itself
+    (``PERF_EVENT_IOC_SET_BPF``) runs until the event is freed, and disabling
+    the event does not stop it.
     """
+    global _perf_links
     libc = _libc_handle()
     nr = _syscall_nr(_SYS_PERF_EVENT_OPEN, "perf_event_open(2)")
     fd = _checked(
@@ -298,12 +342,23 @@ def _attach_perf_event(attr: _PerfEventAttr, prog_fd: int) -> int:
         )
     )
     try:
+        if _perf_links is not False:
+            try:
+                link = bpf(BPF_LINK_CREATE, _LinkCreateAttr(prog_fd, fd, _BPF_PERF_EVENT, 0, 0))
+            except BpfError as exc:
+                # EINVAL: a kernel that does not know the attach type; anything else is real.
+                if _perf_links or exc.errno != errno.EINVAL:
+                    raise
+                _perf_links = False
+            else:
+                _perf_links = True
+                return Attachment(link, fd)
         for request, arg in ((_PERF_EVENT_IOC_SET_BPF, prog_fd), (_PERF_EVENT_IOC_ENABLE, 0)):
             _checked(int(libc.ioctl(fd, ctypes.c_ulong(request), ctypes.c_int(arg))))
     except BpfError:
         os.close(fd)
         raise
-    return fd
+    return Attachment(None, fd)
 
 
 def _all_ids(cmd: int) -> set[int]:

@@ -27,7 +27,8 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from gputop.sources.bpf_syscall import BpfError, attach_uprobe
+from gputop.sources.bpf_handover import detach
+from gputop.sources.bpf_syscall import Attachment, BpfError, attach_uprobe
 
 # Every driver call that can wait for the GPU, in each form the driver exports: the
 # unversioned legacy name, the ``_v2`` (and CUDA 13's newer) versions, and the
@@ -188,14 +189,14 @@ def mapped_library(maps_text: str, prefix: str = LIBRARY_PREFIX) -> MappedFile |
 class CudaProbes:
     """Which trainers' libcuda is probed, and the uprobe attachments, one set per library file.
 
-    ``attachments`` is the probe's own dict of attachment fds (``Handover.attachments``):
+    ``attachments`` is the probe's own dict of attachments (``Handover.attachments``):
     the uprobes live and die with the rest of the probe.
     """
 
     def __init__(
         self,
         programs: Mapping[str, int],
-        attachments: dict[str, int],
+        attachments: dict[str, Attachment],
         proc_root: str = "/proc",
     ) -> None:
         self._programs = programs
@@ -259,8 +260,13 @@ class CudaProbes:
                 self._attachments[f"{tag}:{names[0]}"] = attach_uprobe(enter, path, off, False)
                 done.extend(names)
         except BpfError as exc:
-            for k in [k for k in self._attachments if k.startswith(f"{tag}:")]:
-                os.close(self._attachments.pop(k))
+            detach(
+                [
+                    self._attachments.pop(k)
+                    for k in list(self._attachments)
+                    if k.startswith(f"{tag}:")
+                ]
+            )
             return self._failed(f"cannot attach uprobes to {path}: {exc}")
         return tuple(done)
 

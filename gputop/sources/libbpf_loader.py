@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gputop.model.probe_abi import ProbeConfig
-from gputop.sources.bpf_handover import Handover, MapFd
-from gputop.sources.bpf_syscall import attach_raw_tracepoint, prog_info
+from gputop.sources.bpf_handover import Handover, MapFd, detach
+from gputop.sources.bpf_syscall import Attachment, attach_raw_tracepoint, prog_info
 from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader
 
 SONAME = "libbpf.so.1"
@@ -270,7 +270,7 @@ def load(
         raise _failure(f"cannot open {object_path}", ctypes.get_errno())
     programs: dict[str, int] = {}
     maps: dict[str, MapFd] = {}
-    attachments: dict[str, int] = {}
+    attachments: dict[str, Attachment] = {}
     try:
         _configure(lib, obj, config, max_entries)
         err = lib.bpf_object__load(obj)
@@ -312,7 +312,7 @@ def load(
             try:
                 attachments[entry.key] = _attach(programs, entry)
             except LibbpfError:
-                os.close(attachments.pop(exit_.key))
+                detach([attachments.pop(exit_.key)])
     except BaseException:
         ho.close()
         raise
@@ -350,14 +350,15 @@ def _configure(
     ctypes.memmove(ptr, ctypes.addressof(config), ctypes.sizeof(config))
 
 
-def _attach(programs: Mapping[str, int], a: TracepointAttach) -> int:
+def _attach(programs: Mapping[str, int], a: TracepointAttach) -> Attachment:
     fd = programs.get(a.program)
     if fd is None:
         raise LibbpfError(f"the object has no program {a.program}")
     try:
         # A tp_btf program names its tracepoint itself; a raw_tp one is told which.
         typed = prog_info(fd).type == _PROG_TYPE_TRACING
-        return attach_raw_tracepoint(fd, None if typed else a.tracepoint.split(":", 1)[1])
+        name = None if typed else a.tracepoint.split(":", 1)[1]
+        return Attachment(attach_raw_tracepoint(fd, name))
     except OSError as exc:
         raise LibbpfError(f"cannot attach {a.program} to {a.tracepoint}: {exc}") from None
 

@@ -32,6 +32,7 @@ from tests.fakecuda import HERE, build_fake_cuda
 from tests.probeticks import attached_probe, needs_probe
 from tests.procutil import HOG, kill_all, spawn_python
 from tests.truthloop import read_steps, running_loop
+from tests.truthwindow import ReadClock, Window
 
 pytestmark = needs_probe()
 
@@ -172,6 +173,7 @@ def test_calls_through_cuGetProcAddress_pointers_are_the_probed_functions(
 
 
 def _row_window(sampler: Sampler, pid: int, n: int) -> tuple[list[float], list[float | None]]:
+    """n ticks 1 s apart: (the monotonic time before each, the row's gpu_sync_pct)."""
     times, values = [], []
     next_at = time.monotonic() + 1.0
     for _ in range(n):
@@ -196,25 +198,30 @@ def test_a_trainer_ending_each_step_in_item_waits_inside_the_copy(
     args = ["--standin", "cuda-spin", "--cuda-lib", str(cuda_lib), "--cuda-step", "item"]
     args += ["--workers", "2", "--sample-cpu-ms", "10", "--step-ms", "30", "--persistent"]
     hog_procs = [spawn_python(HOG, cpus[i % len(cpus)]) for i in range(hogs)]
+    clock = ReadClock(probe)
     try:
         with running_loop(tmp_path, args) as (pid, out):
-            sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=1.0)
+            sampler = Sampler(procs=HostPass(top_n=100_000), probe=clock, interval_s=1.0)
             sampler.tick()
             for _ in range(20):
                 time.sleep(1.0)
                 row = next((p for p in sampler.tick().processes if p.pid == pid), None)
                 if row is not None and row.gpu_sync_pct:
                     break
-            times, values = _row_window(sampler, pid, 6)
+            _, values = _row_window(sampler, pid, 6)
             steps = read_steps(out)
     finally:
         kill_all(hog_procs)
-    got = [v for v in values[1:] if v is not None]
-    assert len(got) == len(values) - 1, values
-    sync = sum(got) / len(got)
     # Its own clock: from the copy's start to the synchronization's end (the launch
-    # before the copy is the trainer's own work).
-    truth = _share([(s.wait_start, s.step_end) for s in steps], times[0], times[-1])
-    print(f"item() hogs={hogs}: gputop {sync:.1f}% vs own clock {truth:.1f}%")
+    # before the copy is the trainer's own work), over each probe interval (stalled ones
+    # left out and named: tests/truthwindow.py).
+    win = Window(clock.reads[-len(values) :], [s.step_end for s in steps], 1.0)
+    sync = win.compare(
+        f"item() hogs={hogs}: gpu_sync_pct",
+        values,
+        lambda a, b: _share([(s.wait_start, s.step_end) for s in steps], a, b),
+    )
+    assert all(r.gputop is not None for r in sync.rows), sync.table()
+    _, truth = sync.means()
     assert truth > 20.0, truth
-    assert sync == pytest.approx(truth, abs=POINTS)
+    print(sync.within(POINTS))

@@ -1,25 +1,19 @@
-"""The probe through the command line as root: live after compiling, the fallbacks when
-bcc, headers, BTF, tracefs or capabilities are missing, and detaching on SIGTERM."""
+"""The probe through the command line as root: live after compiling, and the fallbacks when
+bcc, headers, BTF, tracefs or capabilities are missing (detaching on exit: test_detach.py)."""
 
 from __future__ import annotations
 
-import ctypes
-import errno
-import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gputop.sources.bcc_find import DISTRO_DIRS, find_bcc
-from tests.harness import ROOT, gputop_cmd, gputop_env
+from tests.harness import gputop_cmd, gputop_env
 from tests.recordutil import probe_settled, procfs_with_note, record_frames, record_until
 
 IS_ROOT = os.geteuid() == 0
@@ -191,70 +185,3 @@ def test_without_bpf_capabilities_falls_back_to_procfs_with_the_fix():
         ]
     )
     procfs_with_note(frames, "needs root", "CAP_BPF", "fix: run gputop with sudo")
-
-
-_SYS_BPF = 321  # x86_64
-_BPF_PROG_GET_FD_BY_ID = 13
-
-
-def _prog_exists(prog_id: int) -> bool:
-    libc = ctypes.CDLL(None, use_errno=True)
-    attr = (ctypes.c_uint32 * 4)(prog_id, 0, 0, 0)
-    fd = libc.syscall(_SYS_BPF, _BPF_PROG_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
-    if fd >= 0:
-        os.close(fd)
-        return True
-    assert ctypes.get_errno() == errno.ENOENT, os.strerror(ctypes.get_errno())
-    return False
-
-
-def _prog_ids(pid: int) -> set[int]:
-    ids = set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                for line in f:
-                    if line.startswith("prog_id:"):
-                        ids.add(int(line.split()[1]))
-        except OSError:
-            pass
-    return ids
-
-
-@pytest.mark.root
-@needs_root_bcc
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="bpf syscall number is x86_64's")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_sigterm_detaches_the_probe_and_exits_cleanly(sig: signal.Signals):
-    p = subprocess.Popen(
-        gputop_cmd("record", "--interval", "0.3"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=gputop_env(),
-        cwd=ROOT,
-    )
-    try:
-        assert p.stdout is not None
-        deadline = time.monotonic() + 30
-        live = False
-        while not live and time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stdout], [], [], 1.0)
-            if ready:
-                line = p.stdout.readline()
-                if not line:
-                    break
-                live = json.loads(line)["sources"]["sched"] == "bpf"
-        assert live, "the probe never went live"
-        ids = _prog_ids(p.pid)
-        assert ids, "a live probe holds its programs"
-        assert all(_prog_exists(i) for i in ids)
-        p.send_signal(sig)
-        _, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 128 + sig, err
-    assert "Traceback" not in err, err
-    assert not any(_prog_exists(i) for i in ids)
