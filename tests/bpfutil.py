@@ -81,6 +81,25 @@ def _held(pid: int, kind: str) -> set[int]:
     return ids
 
 
+def held_links(pid: int) -> list[dict[str, str]]:
+    """The BPF links process ``pid`` holds: each link fd's /proc/PID/fdinfo fields
+    (link_type, link_id, prog_id; for a uprobe_multi link also uprobe_cnt and path)."""
+    links = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return links
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                fields = dict(ln.split(":", 1) for ln in f.read().splitlines() if ":" in ln)
+        except OSError:
+            continue
+        if "link_id" in fields:
+            links.append({k.strip(): v.strip() for k, v in fields.items()})
+    return links
+
+
 def held_by_anyone(kind: str = "prog_id") -> set[int]:
     """Program ids (or ``link_id``s) some live process holds a descriptor of."""
     ids: set[int] = set()

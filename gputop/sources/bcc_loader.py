@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import IO, ClassVar
 
 from gputop.sources.bcc_find import INSTALL_FIX
+from gputop.sources.bpf_attach import Attachment
 from gputop.sources.bpf_handover import Handover, MapFd, close_quietly
-from gputop.sources.bpf_syscall import Attachment
 from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader, Unavailable
 
 # Where bcc looks for a tracepoint's layout, in its own order.
@@ -91,6 +91,7 @@ def spawn(
     nice: int = 19,
     attach_pairs: Sequence[tuple[str, str, str, str]] = (),
     load_only: Sequence[str] = (),
+    uprobe_multi: bool = False,
 ) -> Spawned:
     """Start the compiler child; it begins compiling at once.
 
@@ -98,7 +99,8 @@ def spawn(
     its program, exit tracepoint, its program) for functions that are not
     ``TRACEPOINT_PROBE``s; the child attaches each pair it can (exit first) and
     drops a pair the kernel refuses. ``load_only``: kprobe-type programs to load
-    and hand over without attaching (the parent attaches them as uprobes).
+    and hand over without attaching (the parent attaches them as uprobes), loaded for
+    ``BPF_TRACE_UPROBE_MULTI`` where ``uprobe_multi``.
     """
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # bcc and clang write warnings (and, when they find no headers, to stdout):
@@ -109,6 +111,7 @@ def spawn(
     env["GPUTOP_BPF_NICE"] = str(nice)
     env["GPUTOP_BPF_ATTACH"] = json.dumps([list(p) for p in attach_pairs])
     env["GPUTOP_BPF_LOAD"] = json.dumps(list(load_only))
+    env["GPUTOP_BPF_LOAD_MULTI"] = "1" if uprobe_multi else ""
     try:
         proc = subprocess.Popen(
             [
@@ -296,11 +299,14 @@ class BccLoader(ProbeLoader):
                         for c, e in spec.irq_pairs
                     ],
                     load_only=spec.load_only,
+                    uprobe_multi=spec.uprobe_multi,
                 )
             except OSError as exc:
                 raise LoadError(f"cannot start the compiler process: {exc}") from None
         try:
-            return receive(sp, timeout_s=self.timeout_s)
+            ho = receive(sp, timeout_s=self.timeout_s)
+            ho.uprobe_multi = spec.uprobe_multi
+            return ho
         except HandoverError as exc:
             if exc.unavailable:
                 raise LoadError(exc.reason, INSTALL_FIX, unavailable=True) from None

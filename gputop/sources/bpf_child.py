@@ -27,7 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gputop.sources.bpf_syscall import Attachment
+    from gputop.sources.bpf_attach import Attachment
 
 PR_SET_PDEATHSIG = 1
 NICE = 19
@@ -95,7 +95,7 @@ def _tracepoint_id(tp: str) -> int:
 
 
 def _attach(bcc: Any, bpf: Any, tp: str, fn: str) -> Attachment:
-    from gputop.sources.bpf_syscall import attach_tracepoint
+    from gputop.sources.bpf_attach import attach_tracepoint
 
     prog = bpf.load_func(fn.encode(), bcc.BPF.TRACEPOINT)
     return attach_tracepoint(int(prog.fd), _tracepoint_id(tp))
@@ -173,9 +173,12 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
     except Exception as exc:  # noqa: BLE001 - verifier or attach failure
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     # Programs the parent attaches itself later (uprobes): loaded, handed over unattached.
+    from gputop.sources.bpf_attach import BPF_TRACE_UPROBE_MULTI
+
+    attach_type = BPF_TRACE_UPROBE_MULTI if os.environ.get("GPUTOP_BPF_LOAD_MULTI") else -1
     for name in json.loads(os.environ.get("GPUTOP_BPF_LOAD", "[]")):
         try:
-            bpf.load_func(name.encode(), bcc.BPF.KPROBE)
+            bpf.load_func(name.encode(), bcc.BPF.KPROBE, attach_type=attach_type)
         except Exception:  # noqa: BLE001 - refused: the parent finds it missing
             continue
     fds: list[int] = []

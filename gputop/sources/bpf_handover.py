@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputop.sources.bpf_syscall import Attachment, BpfMap, LayoutMismatch, prog_info
+from gputop.sources.bpf_attach import Attachment
+from gputop.sources.bpf_syscall import BpfMap, LayoutMismatch, prog_info
 
 
 @dataclass
@@ -51,6 +52,8 @@ class Handover:
     # The kernel field the program reads to tell throttled time (libbpf_loader.throttle_field);
     # None: it cannot (bcc's build, or no CFS bandwidth control in this kernel).
     throttle_field: str | None = None
+    # The uprobe programs were loaded for BPF_TRACE_UPROBE_MULTI (LoadSpec.uprobe_multi).
+    uprobe_multi: bool = False
     _closed: bool = field(default=False, repr=False)
 
     def open_map(self, name: str, key_type: Any, leaf_type: Any) -> BpfMap:

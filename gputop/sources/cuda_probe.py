@@ -6,7 +6,8 @@ a mapped ``libcuda.so*`` in ``/proc/PID/maps`` (a trainer without one is looked
 at again at most once a second) and attaches the probe's ``on_sync_enter`` /
 ``on_sync_exit`` programs as uprobe and uretprobe at each synchronizing function
 of that file: once per distinct library file (device and inode), shared by every
-trainer that maps it. The file is reached through ``/proc/PID/root``, so a
+trainer that maps it; with one uprobe_multi link per direction where the kernel has
+them (Linux 6.6+), else one perf event per function and direction. The file is reached through ``/proc/PID/root``, so a
 trainer in a container (its own mount namespace) is probed in its own copy of
 the library. The programs count only processes the probe watches.
 
@@ -27,8 +28,9 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from gputop.sources.bpf_attach import Attachment, attach_uprobe, attach_uprobe_multi
 from gputop.sources.bpf_handover import detach
-from gputop.sources.bpf_syscall import Attachment, BpfError, attach_uprobe
+from gputop.sources.bpf_syscall import BpfError
 
 # Every driver call that can wait for the GPU, in each form the driver exports: the
 # unversioned legacy name, the ``_v2`` (and CUDA 13's newer) versions, and the
@@ -198,9 +200,12 @@ class CudaProbes:
         programs: Mapping[str, int],
         attachments: dict[str, Attachment],
         proc_root: str = "/proc",
+        multi: bool = False,
     ) -> None:
         self._programs = programs
         self._attachments = attachments
+        # The programs were loaded for BPF_TRACE_UPROBE_MULTI: one link per file and direction.
+        self.multi = multi
         self.proc_root = proc_root
         # (dev, inode) -> functions attached, or the reason none could be.
         self._files: dict[tuple[str, int], tuple[str, ...] | str] = {}
@@ -254,6 +259,12 @@ class CudaProbes:
         done: list[str] = []
         tag = f"uprobe:{key[0]}:{key[1]}"
         try:
+            if self.multi:
+                # The return probes first: a call in flight can then only miss its start.
+                where = sorted(by_offset)
+                self._attachments[f"{tag}:ret"] = attach_uprobe_multi(leave, path, where, True)
+                self._attachments[f"{tag}:entry"] = attach_uprobe_multi(enter, path, where, False)
+                return tuple(sorted(offsets))
             for off, names in sorted(by_offset.items(), key=lambda kv: kv[1][0]):
                 # The return probe first: a call in flight can then only miss its start.
                 self._attachments[f"{tag}:{names[0]}:ret"] = attach_uprobe(leave, path, off, True)

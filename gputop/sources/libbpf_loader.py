@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gputop.model.probe_abi import ProbeConfig
+from gputop.sources.bpf_attach import BPF_TRACE_UPROBE_MULTI, Attachment, attach_raw_tracepoint
 from gputop.sources.bpf_handover import Handover, MapFd, detach
-from gputop.sources.bpf_syscall import Attachment, attach_raw_tracepoint, prog_info
+from gputop.sources.bpf_syscall import prog_info
 from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader
 
 SONAME = "libbpf.so.1"
@@ -111,6 +112,7 @@ def _declare(lib: Any) -> None:
         "bpf_map__btf_value_type_id": (u32, [vp]),
         "bpf_program__name": (cp, [vp]),
         "bpf_program__fd": (ctypes.c_int, [vp]),
+        "bpf_program__set_expected_attach_type": (ctypes.c_int, [vp, ctypes.c_int]),
         "btf__type_by_id": (ctypes.POINTER(_BtfType), [vp, u32]),
         "btf__load_vmlinux_btf": (vp, []),
         "btf__find_by_name_kind": (ctypes.c_int, [vp, cp, u32]),
@@ -252,12 +254,14 @@ def load(
     max_entries: Mapping[str, int],
     attach: Sequence[TracepointAttach],
     attach_pairs: Sequence[tuple[TracepointAttach, TracepointAttach]] = (),
+    uprobe_multi: Sequence[str] = (),
 ) -> Handover:
     """Open, size, configure, load and attach the object; everything it holds is an fd of ours.
 
     ``max_entries``: map name -> bound. ``attach``: programs that must attach
     (a failure fails the load). ``attach_pairs``: (entry, exit) pairs attached
     exit first where this kernel has them, and skipped where it refuses either.
+    ``uprobe_multi``: programs loaded for ``BPF_TRACE_UPROBE_MULTI`` (left unattached).
     Raises ``LibbpfError`` with one line saying what failed.
     """
     lib, why = find_libbpf()
@@ -273,6 +277,9 @@ def load(
     attachments: dict[str, Attachment] = {}
     try:
         _configure(lib, obj, config, max_entries)
+        for p in _iterate(lib.bpf_object__next_program, obj):
+            if lib.bpf_program__name(p).decode() in uprobe_multi:
+                lib.bpf_program__set_expected_attach_type(p, BPF_TRACE_UPROBE_MULTI)
         err = lib.bpf_object__load(obj)
         if err:
             raise _failure("the kernel refused the BPF program", -err)
@@ -299,6 +306,7 @@ def load(
         attachments=attachments,
         maps=maps,
         throttle_field=throttle_field(lib),
+        uprobe_multi=bool(uprobe_multi),
     )
     try:
         for a in attach:
@@ -385,6 +393,7 @@ class LibbpfLoader(ProbeLoader):
                 )
                 for c, e in spec.irq_pairs
             ],
+            uprobe_multi=spec.load_only if spec.uprobe_multi else (),
         )
 
     def cancel(self) -> None:

@@ -49,6 +49,9 @@ class LoadSpec:
     max_cpus: int
     irq_pairs: Sequence[tuple[str, str]] = ()
     load_only: Sequence[str] = ()
+    # The load_only programs are loaded for BPF_TRACE_UPROBE_MULTI (bpf_attach.
+    # uprobe_multi_supported()): one link per library file and direction, no perf events.
+    uprobe_multi: bool = False
     nice: int = 19
     # The scheduler tracepoints every load attaches (the sched:* events the program handles).
     sched_events: Sequence[str] = field(

@@ -23,6 +23,7 @@ what is gone.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -35,6 +36,7 @@ from gputop.model.probe_abi import (
     MAP_TYPES,
 )
 from gputop.model.readings import Pipeline, ProbeRows
+from gputop.sources.bpf_attach import uprobe_multi_supported
 from gputop.sources.bpf_handover import Handover
 from gputop.sources.bpf_syscall import BpfError, LayoutMismatch
 from gputop.sources.cuda_probe import ENTER_PROGRAM, EXIT_PROGRAM, CudaProbes
@@ -47,6 +49,10 @@ from gputop.sources.probe_plan import (
     possible_cpus,
     preflight,
 )
+
+# "0": attach the CUDA uprobes one perf event per address even where the kernel has
+# uprobe_multi links (the path of kernels before 6.6; docs/ebpf.md).
+UPROBE_MULTI_ENV = "GPUTOP_UPROBE_MULTI"
 
 # What the probe asks of the kernel and what it does to other tracers (`gputop doctor`).
 FOOTPRINT = (
@@ -185,6 +191,7 @@ class BpfSchedProbe:
             max_cpus=cpus,
             irq_pairs=irq_pairs(),
             load_only=(ENTER_PROGRAM, EXIT_PROGRAM),
+            uprobe_multi=uprobe_multi_supported() and os.environ.get(UPROBE_MULTI_ENV) != "0",
             nice=self.compile_nice,
         )
 
@@ -251,7 +258,7 @@ class BpfSchedProbe:
                 ho.close()
                 return
             self._handover = ho
-            self.cuda = CudaProbes(ho.programs, ho.attachments, self.proc_root)
+            self.cuda = CudaProbes(ho.programs, ho.attachments, self.proc_root, ho.uprobe_multi)
             self._maps = ProbeMaps(maps, self.cuda, self.proc_root, self._pipeline)
             self._maps.throttle_measured = ho.throttle_field is not None
             self.loader = loader

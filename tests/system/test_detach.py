@@ -70,14 +70,19 @@ def _runs(fds: dict[int, int]) -> dict[int, tuple[str, int]]:
 
 
 @pytest.mark.parametrize(
-    ("loader", "sig"),
-    [("libbpf", signal.SIGTERM), ("bcc", signal.SIGTERM), ("libbpf", signal.SIGHUP)],
-    ids=["libbpf-SIGTERM", "bcc-SIGTERM", "libbpf-SIGHUP"],
+    ("loader", "multi", "sig"),
+    [
+        ("libbpf", "", signal.SIGTERM),
+        ("bcc", "", signal.SIGTERM),
+        # The CUDA uprobes one perf event per address (kernels before 6.6), through links.
+        ("libbpf", "0", signal.SIGHUP),
+    ],
+    ids=["libbpf-SIGTERM", "bcc-SIGTERM", "libbpf-perf-uprobes-SIGHUP"],
 )
 def test_after_gputop_exits_none_of_its_programs_runs_and_all_are_gone_soon(
-    trainer: int, loader: str, sig: signal.Signals
+    trainer: int, loader: str, multi: str, sig: signal.Signals
 ) -> None:
-    env = gputop_env(GPUTOP_BPF_LOADER=loader)
+    env = gputop_env(GPUTOP_BPF_LOADER=loader, GPUTOP_UPROBE_MULTI=multi)
     with run_stats():
         p = start_gputop("record", "--interval", "0.3", env=env)
         fds: dict[int, int] = {}
