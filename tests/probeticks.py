@@ -63,8 +63,11 @@ def sampled(
         next_at = time.monotonic()
         for _ in range(ticks):
             time.sleep(max(0.0, next_at - time.monotonic()))
+            began = time.monotonic()
             frames.append(sampler.tick())
-            next_at += tick_s
+            # As the sampler's own loop schedules: after a late tick the next one comes at
+            # once, never a burst of ticks milliseconds apart to catch up.
+            next_at = max(began + tick_s, time.monotonic())
     finally:
         sampler.gpu.close()
     return frames
