@@ -74,13 +74,9 @@ class GpuPrices:
         return None
 
     @classmethod
-    def from_config(cls, table: Mapping[str, Any], flat: float | None = None) -> GpuPrices:
-        """From config.toml's ``[gpu_price]`` table (and ``--gpu-price``); bad values raise
-        a one-line UsageError."""
-        models = []
-        for model, usd in table.items():
-            models.append((model, check_price(usd, f"[gpu_price] {model!r}")))
-        return cls(flat, tuple(models))
+    def from_config(cls, table: Mapping[str, float], flat: float | None = None) -> GpuPrices:
+        """From config.toml's ``[gpu_price]`` table (checked as it was read) and ``--gpu-price``."""
+        return cls(flat, tuple(table.items()))
 
 
 def check_price(value: Any, what: str) -> float:
