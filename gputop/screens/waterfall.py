@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gputop.model.frame import Verdict
 from gputop.model.view import GpuLoss
-from gputop.widgets.verdict_panel import CAUSE_TITLES, loss_line, speedup_text
+from gputop.widgets.verdict_panel import CAUSE_COSTS, CAUSE_TITLES, loss_line, speedup_text
 
 BAR_W = 24
 LABEL_W = 18
@@ -60,8 +60,10 @@ def waterfall(v: Verdict, loss: GpuLoss | None, now: float) -> Text:
         if lost:
             t.append(" lost", style=LOST_STYLE)
         t.append("\n")
-    if v.lost_pct is not None:
-        t.append(f"{cause} took {v.lost_pct:.0f}% of its time", style=LOST_STYLE)
+    if v.lost_pct is not None and v.cause is not None:
+        # The cost sentence's subject without its verb: "Its CPU limit", "Slowed clocks".
+        subject = CAUSE_COSTS[v.cause].rsplit(" ", 1)[0]
+        t.append(f"{subject} took {v.lost_pct:.0f}% of its time", style=LOST_STYLE)
         if v.speedup_max is not None:
             t.append(f": up to {speedup_text(v.speedup_max)} faster without it")
         t.append("\n")

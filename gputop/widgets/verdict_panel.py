@@ -48,16 +48,16 @@ CAUSE_TITLES: dict[Cause, str] = {
     "straggler": "a straggling rank",
     "gpu_side": "GPU side",
 }
-# What a cause costs, as the sentence under the title starts it.
+# What a cause costs, as the sentence under the title starts it (with its verb).
 CAUSE_COSTS: dict[Cause, str] = {
-    "cpu_limit": "Its CPU limit",
-    "cpu_contention": "CPU contention",
-    "clocks": "Slowed clocks",
-    "input_storage": "Slow storage",
-    "input_compute": "The input pipeline",
-    "trainer_work": "The trainer's own work",
-    "straggler": "A straggling rank",
-    "gpu_side": "The GPU's own kernels",
+    "cpu_limit": "Its CPU limit costs",
+    "cpu_contention": "CPU contention costs",
+    "clocks": "Slowed clocks cost",
+    "input_storage": "Slow storage costs",
+    "input_compute": "The input pipeline costs",
+    "trainer_work": "The trainer's own work costs",
+    "straggler": "A straggling rank costs",
+    "gpu_side": "The GPU's own kernels cost",
 }
 # The history strip: one character per tick; taller is worse, so it reads without colour too.
 STRIP_GLYPHS = {
@@ -106,9 +106,14 @@ def cost_line(v: Verdict, alone: bool) -> str | None:
     if v.cause is None or v.lost_pct is None:
         return None
     who = "this GPU" if alone else f"GPU {v.gpu}"
-    line = f"{CAUSE_COSTS.get(v.cause, v.cause)} costs {who} {v.lost_pct:.0f}% of its time"
+    line = f"{CAUSE_COSTS.get(v.cause, v.cause)} {who} {v.lost_pct:.0f}% of its time"
     if v.speedup_max is not None:
         line += f"; without it the job could run up to {speedup_text(v.speedup_max)} faster"
+    # Evidence says what was measured: a share resting on a model of the job says so.
+    lost = [p for p in v.lost_split if p.cause is not None]
+    inferred = sum(1 for p in lost if not p.measured)
+    if inferred:
+        line += " (inferred)" if inferred == len(lost) else " (partly inferred)"
     return line
 
 

@@ -50,7 +50,7 @@ async def test_the_verdict_panel_says_what_the_cause_costs_and_the_gpu_hours_it_
         # Right under the title, where the folded panel shows it.
         assert lines[1] == (
             "• CPU contention costs this GPU 38% of its time; without it the job could run up"
-            " to 1.6x faster"
+            " to 1.6x faster (partly inferred)"
         ), lines
         assert lines[2] == f"• {LOST_S / 3600:.2g} GPU-hours lost since {SINCE}", lines
         assert "$" not in panel.text, "no price given: GPU-hours only"

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from gputop.model.frame import Verdict
+from gputop.model.frame import LostPart, Verdict
 from gputop.model.ledger import GpuLoss
 from gputop.widgets.verdict_panel import cost_line, hours_text, loss_line, money_text
 
@@ -22,6 +23,24 @@ def test_the_cost_sentence_names_the_cause_its_share_and_the_speedup_bound() -> 
         "Its CPU limit costs GPU 3 72% of its time; without it the job could run up to 12x faster"
     )
     assert cost_line(Verdict(0, "ok"), alone=True) is None
+    # A share resting on a model of the job, not a measurement, says so.
+    clocks = Verdict(
+        0, "throttled", cause="clocks", lost_pct=24.0, speedup_max=1.32,
+        lost_split=(LostPart("clocks", "slowed clocks", 24.0, "clocks", measured=False),),
+    )  # fmt: skip
+    assert cost_line(clocks, alone=True) == (
+        "Slowed clocks cost this GPU 24% of its time; without it the job could run up to 1.3x"
+        " faster (inferred)"
+    )
+    parts = (
+        LostPart("cpu_wait", "CPU wait", 10.0, "cpu_contention"),
+        LostPart("batches", "batches", 28.0, "cpu_contention", measured=False),
+        LostPart("rest", "the rest", 62.0, measured=False),
+    )
+    assert (cost_line(replace(v, lost_split=parts), alone=True) or "").endswith(
+        "1.6x faster (partly inferred)"
+    )
+    assert (cost_line(replace(v, lost_split=parts[:1]), alone=True) or "").endswith("faster")
     assert cost_line(Verdict(0, "low_sm_efficiency", cause="gpu_side"), alone=True) is None
 
 
