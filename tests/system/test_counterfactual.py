@@ -16,7 +16,8 @@ per second after a settling second are the "after". The bound must lie within
 * storage: the workers read a loop device whose reads a blkio cgroup caps at 40 a second;
 * the trainer's own work: the trainer burns 20 ms of CPU per step before its GPU wait.
 
-Run time on the 2-CPU CI host: about 90 s for the file (one probe, three job starts).
+Run time on the 2-CPU host: about 61 s for the file (one probe, three job starts; the
+contention and limit cases share one).
 """
 
 from __future__ import annotations
