@@ -12,16 +12,16 @@ _gputop() {
     case "$prev" in
         --output|--replay|-o)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --dcgm|--demo|--duration|--host-label|--interval|--listen|--textfile|--top)
+        --dcgm|--demo|--duration|--gpu-price|--host-label|--interval|--listen|--textfile|--top)
             return ;;
     esac
     case "$cmd" in
-        record) COMPREPLY=($(compgen -W "--dcgm --demo --duration --help --interval --no-bpf --output --top -h -o" -- "$cur")) ;;
-        snapshot) COMPREPLY=($(compgen -W "--dcgm --demo --duration --help --interval --no-bpf --no-redact --output --top -h -o" -- "$cur")) ;;
+        record) COMPREPLY=($(compgen -W "--dcgm --demo --duration --gpu-price --help --interval --no-bpf --output --top -h -o" -- "$cur")) ;;
+        snapshot) COMPREPLY=($(compgen -W "--dcgm --demo --duration --gpu-price --help --interval --no-bpf --no-redact --output --top -h -o" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "--help --list -h" -- "$cur")) ;;
-        doctor) COMPREPLY=($(compgen -W "--dcgm --help --interval --no-bpf --top -h" -- "$cur")) ;;
-        export) COMPREPLY=($(compgen -W "--dcgm --demo --help --host-label --interval --listen --no-bpf --textfile --top -h" -- "$cur")) ;;
-        *) COMPREPLY=($(compgen -W "--dcgm --demo --help --interval --no-bpf --no-redact --readonly --replay --top --version -h record snapshot demo doctor export" -- "$cur")) ;;
+        doctor) COMPREPLY=($(compgen -W "--dcgm --gpu-price --help --interval --no-bpf --top -h" -- "$cur")) ;;
+        export) COMPREPLY=($(compgen -W "--dcgm --demo --gpu-price --help --host-label --interval --listen --no-bpf --textfile --top -h" -- "$cur")) ;;
+        *) COMPREPLY=($(compgen -W "--dcgm --demo --gpu-price --help --interval --no-bpf --no-redact --readonly --replay --top --version -h record snapshot demo doctor export" -- "$cur")) ;;
     esac
 }
 complete -F _gputop gputop

@@ -47,6 +47,7 @@ from gputop.messages import (
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
 from gputop.model.framestore import FrameStore
 from gputop.model.history import DEPARTED_KEEP_S, History
+from gputop.model.ledger import GpuPrices
 from gputop.model.view import ScreenView, screen_view
 from gputop.procctl import signal_process
 from gputop.screens.help import HelpScreen
@@ -158,8 +159,11 @@ class GputopApp(App[int]):
         config: Config | None = None,
         stopper: LoopStopper | None = None,
         diagnosis_window_s: float = DEPARTED_KEEP_S,
+        prices: GpuPrices | None = None,
     ) -> None:
         super().__init__()
+        # What a GPU-hour costs, for the lost GPU-hours' money (none built in).
+        self.prices = prices or GpuPrices()
         self.feed = feed
         self.stopper = stopper
         self.config = config or Config()
@@ -310,7 +314,7 @@ class GputopApp(App[int]):
     def render_frame(self) -> None:
         """Build the newest tick's view once and hand it to every widget and open drill-down."""
         replay = f"replay {self.cursor + 1}/{len(self.timeline)} ←→" if self.timeline else ""
-        self._show(screen_view(self.history, paused=self.paused, replay=replay))
+        self._show(screen_view(self.history, paused=self.paused, replay=replay, prices=self.prices))
 
     def _show(self, view: ScreenView) -> None:
         self.view = view

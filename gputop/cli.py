@@ -63,6 +63,18 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _price(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a price in USD per GPU-hour: {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive price in USD per GPU-hour, got {text}"
+        )
+    return v
+
+
 def _dcgm_url(text: str) -> str:
     """``off``, or a dcgm-exporter URL; ``/metrics`` is added when there is no path."""
     if text == "off":
@@ -100,6 +112,14 @@ def _add_common(p: argparse.ArgumentParser, suppress: bool) -> None:
         default=d(30),
         metavar="N",
         help="also show the N busiest other processes (default 30)",
+    )
+    p.add_argument(
+        "--gpu-price",
+        type=_price,
+        default=d(None),
+        metavar="USD_PER_HOUR",
+        help="what one GPU-hour costs, for every GPU: lost GPU-hours are also shown as money"
+        " (default: [gpu_price] of config.toml per GPU model; no built-in price)",
     )
     p.add_argument(
         "--dcgm",
@@ -182,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 def options_from(args: argparse.Namespace, config: Config) -> Options:
     """The options for every command: the command line, then the config file, then defaults."""
     from gputop.model.diagnosis import Thresholds
+    from gputop.model.ledger import GpuPrices
     from gputop.runtime import DEFAULT_INTERVAL_S, Options
 
     interval_s = args.interval
@@ -194,6 +215,7 @@ def options_from(args: argparse.Namespace, config: Config) -> Options:
         demo=getattr(args, "demo", None),
         top_n=args.top,
         dcgm_url=args.dcgm,
+        gpu_prices=GpuPrices.from_config(config.gpu_price, flat=args.gpu_price),
     )
 
 

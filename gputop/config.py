@@ -13,6 +13,9 @@ Example::
     [thresholds]                   # the diagnosis engine's Thresholds (docs/diagnosis.md)
     sm_low_pct = 30
 
+    [gpu_price]                    # USD per GPU-hour by model (part of NVML's name);
+    "H100" = 3.50                  # --gpu-price sets one for every GPU instead
+
 A missing file is an empty config; a bad one is a one-line UsageError. The command
 line reads it once (``cli._dispatch``) and hands it to whichever command runs.
 """
@@ -32,7 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-KNOWN_KEYS = {"interval", "theme", "snapshot_dir", "keys", "thresholds"}
+KNOWN_KEYS = {"interval", "theme", "snapshot_dir", "keys", "thresholds", "gpu_price"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Config:
     snapshot_dir: str | None = None
     keys: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, Any] = field(default_factory=dict)
+    gpu_price: dict[str, float] = field(default_factory=dict)
+    """USD per GPU-hour by GPU model (a case-insensitive part of NVML's name)."""
     path: str | None = None
 
 
@@ -67,6 +72,15 @@ def load_config(path: Path | None = None) -> Config:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: {exc}".splitlines()[0]) from None
     return parse_config(data, str(path))
+
+
+def _prices(table: Any, where: str) -> dict[str, float]:
+    """``[gpu_price]``: GPU model -> USD per GPU-hour, each a finite positive number."""
+    if not isinstance(table, dict):
+        raise UsageError(f'{where}: [gpu_price] must map GPU models to USD per hour: "H100" = 3.5')
+    from gputop.model.ledger import check_price
+
+    return {m: check_price(usd, f"{where}: [gpu_price] {m!r}") for m, usd in table.items()}
 
 
 def parse_config(data: dict[str, Any], where: str = "config.toml") -> Config:
@@ -96,6 +110,7 @@ def parse_config(data: dict[str, Any], where: str = "config.toml") -> Config:
         raise UsageError(f"{where}: [thresholds] must be a table")
     snapshot_dir = data.get("snapshot_dir")
     return Config(
+        gpu_price=_prices(data.get("gpu_price", {}), where),
         interval_s=interval,
         theme=data.get("theme"),
         snapshot_dir=os.path.expanduser(snapshot_dir) if snapshot_dir else None,

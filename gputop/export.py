@@ -42,6 +42,8 @@ RANK_LABELS = (HOST_LABEL, "pid", "job_id", "rank")
 DEFAULT_PORT = 19400
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 TEXTFILE_NAME = "gputop.prom"
+# The causes whose cost is counted (gpu_side, the kernels' own pace, never is).
+COSTED_CAUSES = tuple(c for c in CAUSES if c != "gpu_side")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -107,6 +109,7 @@ class FrameCollector(Collector):
         yield from self._process_metrics(frame)
         yield from self._rank_metrics(frame)
         yield from self._verdict_metrics(frame)
+        yield from self._lost_metrics(frame)
 
     def _gauge(self, name: str, doc: str, labels: Iterable[str]) -> GaugeMetricFamily:
         return GaugeMetricFamily(name, doc, labels=list(labels))
@@ -370,6 +373,23 @@ class FrameCollector(Collector):
                 cause.add_metric([*labels, c], 1.0 if c == v.cause else 0.0)
         yield state
         yield cause
+
+    def _lost_metrics(self, frame: Frame) -> Iterator[Any]:
+        lost = CounterMetricFamily(
+            "gputop_gpu_lost_seconds",
+            "Seconds of the GPU's time each cause took since gputop started: each frame adds"
+            " interval x the verdict's lost_pct / 100 to its cause (a GPU counts once)",
+            labels=[*GPU_LABELS, "cause"],
+        )
+        for g in frame.gpus:
+            if g.lost_gpu_s is None:
+                continue
+            labels = [self.host, str(g.index), g.uuid, g.name]
+            # Every cause a cost is counted for, from 0: a series that appears only at its
+            # first increment loses that increment to increase() and rate().
+            for c in COSTED_CAUSES:
+                lost.add_metric([*labels, c], g.lost_gpu_s.get(c, 0.0))
+        yield lost
 
 
 def _registry(collector: FrameCollector) -> CollectorRegistry:

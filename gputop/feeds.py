@@ -103,10 +103,12 @@ class ReplayFeed:
 
 
 def replay_feed(path: str) -> ReplayFeed:
-    """The timeline of a snapshot bundle (a bad bundle: UsageError)."""
+    """The timeline of a snapshot bundle (a bad bundle: UsageError), its lost GPU time
+    counted over the bundle's own window."""
+    from gputop.model.ledger import restamped
     from gputop.snapshot import load_bundle
 
     bundle = load_bundle(path)
     if not bundle.frames:
         raise UsageError(f"{path}: the bundle holds no frames")
-    return ReplayFeed(list(bundle.frames), dict(bundle.meta))
+    return ReplayFeed(restamped(list(bundle.frames)), dict(bundle.meta))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputop.model.diagnosis import Diagnoser, Thresholds
+from gputop.model.ledger import GpuPrices
 from gputop.sampler import HostPass, Sampler
 from gputop.signals import deferred
 from gputop.sources.base import GpuSource, SchedProbe
@@ -25,6 +26,8 @@ class Options:
     # dcgm-exporter for SM activity where GPM is missing: a URL, None for
     # auto-detection on localhost:9400, or "off".
     dcgm_url: str | None = None
+    # What a GPU-hour costs (--gpu-price, config.toml's [gpu_price]); none built in.
+    gpu_prices: GpuPrices = field(default_factory=GpuPrices)
 
 
 def gpu_source(opts: Options) -> GpuSource:

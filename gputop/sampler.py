@@ -24,6 +24,7 @@ from gputop.model.frame import (
     Verdict,
 )
 from gputop.model.hostjoin import HostJoin
+from gputop.model.ledger import LostLedger
 from gputop.model.readings import GpuUse, HostReading, Pipeline, ProbeReading, ProbeRows
 from gputop.model.sched_intervals import SchedIntervals
 from gputop.sources.base import GpuSource, NoGpuSource, SchedProbe
@@ -110,6 +111,8 @@ class Sampler:
         self.diagnoser = diagnoser
         self.interval_s = max(MIN_INTERVAL_S, interval_s)
         self.extra_notes = notes
+        # The GPU time each cause took since this sampler began (every frame carries it).
+        self.ledger = LostLedger()
         # Failures that recur every tick (an unreadable /proc) must not grow without bound.
         self._notes: deque[str] = deque(maxlen=5)
         self._seq = 0
@@ -221,7 +224,7 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001
                 self._notes.append(f"diagnosis disabled: {exc!r}")
                 self.diagnoser = None
-        return frame
+        return self.ledger.stamp(frame)
 
     def _read_gpu(self) -> GpuReading:
         try:

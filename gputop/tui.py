@@ -47,6 +47,7 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
             config=config,
             stopper=stopper,
             diagnosis_window_s=opts.thresholds.window_s,
+            prices=opts.gpu_prices,
         )
         try:
             result = app.run()

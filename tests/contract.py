@@ -58,6 +58,10 @@ def check_frame(d: dict[str, Any]) -> None:
             assert _is(g[k], int, nullable=True), f"gpu.{k}"
         assert isinstance(g["throttle"], list) and all(isinstance(x, str) for x in g["throttle"])
         assert g["state"] in {"ok", "lost"}
+        lost = g["lost_gpu_s"]
+        assert lost is None or isinstance(lost, dict), "gpu.lost_gpu_s"
+        for cause, secs in (lost or {}).items():
+            assert cause in CAUSES and _is(secs, NUM) and secs >= 0, f"gpu.lost_gpu_s[{cause}]"
     for p in d["processes"]:
         for k in ("pid", "ppid", "preempt_total"):
             assert isinstance(p[k], int), f"process.{k}"
@@ -86,4 +90,10 @@ def check_frame(d: dict[str, Any]) -> None:
         assert v["cause"] in CAUSES or v["cause"] is None, v["cause"]
         if v["state"] in ("ok", "idle", "unknown"):
             assert v["cause"] is None, v
+        assert _is(v["lost_pct"], NUM, nullable=True), "verdict.lost_pct"
+        assert v["lost_pct"] is None or 0 <= v["lost_pct"] <= 100, v["lost_pct"]
+        assert _is(v["speedup_max"], NUM, nullable=True), "verdict.speedup_max"
+        assert v["speedup_max"] is None or v["speedup_max"] >= 1, v["speedup_max"]
+        if v["cause"] is None:
+            assert v["lost_pct"] is None and v["speedup_max"] is None, v
         assert isinstance(v["evidence"], list) and isinstance(v["fixes"], list)

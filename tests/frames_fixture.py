@@ -16,6 +16,7 @@ from gputop.model.frame import (
     Frame,
     GpuSample,
     HostSample,
+    LostPart,
     OpenStorage,
     Preemptor,
     ProcessSample,
@@ -24,6 +25,7 @@ from gputop.model.frame import (
     ThreadSample,
     Verdict,
 )
+from gputop.model.ledger import restamped
 
 T0 = 1763769600.0
 STARVING_TRAINER_PID = 3821
@@ -420,3 +422,38 @@ def io_waiting(frames: list[Frame], ticks: range) -> list[Frame]:
         replace(f, processes=tuple(waiting(p, i in ticks) for p in f.processes))
         for i, f in enumerate(frames)
     ]
+
+
+LOST_PCT = 38.0
+# The starving trainer's wall time as the cost of CPU contention splits it (sums to 100).
+LOST_SPLIT = (
+    LostPart("gpu", "GPU wait", 31.0),
+    LostPart("cpu_wait", "CPU wait", 12.0, "cpu_contention"),
+    LostPart(
+        "batches",
+        "batches its starved workers held up (inferred)",
+        26.0,
+        "cpu_contention",
+        measured=False,
+    ),
+    LostPart("rest", "the rest", 31.0),
+)
+
+
+def costed(frames: list[Frame]) -> list[Frame]:
+    """The same frames with what CPU contention costs GPU 0 from its first starving verdict
+    on (``LOST_PCT`` of the starving trainer's time, ``LOST_SPLIT``), and each GPU's lost
+    time added up over them as the sampler's ledger does."""
+
+    def cost(v: Verdict) -> Verdict:
+        if v.cause != "cpu_contention":
+            return v
+        return replace(
+            v,
+            lost_pct=LOST_PCT,
+            speedup_max=round(100.0 / (100.0 - LOST_PCT), 2),
+            lost_pid=STARVING_TRAINER_PID,
+            lost_split=LOST_SPLIT,
+        )
+
+    return restamped([replace(f, verdicts=tuple(cost(v) for v in f.verdicts)) for f in frames])

@@ -20,6 +20,7 @@ from gputop.model.causes import Judgement
 from gputop.model.frame import Cause, Frame, Verdict, VerdictState
 from gputop.model.hostside import host_side
 from gputop.model.job import Job, job_of
+from gputop.model.lost import lost_time
 from gputop.model.thresholds import Thresholds, biased
 from gputop.model.window import GpuAgg, HostAgg, aggregate_gpu, aggregate_host, aggregate_processes
 from gputop.model.wording import gpu_line, whole
@@ -202,6 +203,9 @@ class Diagnoser:
             eff = None
             if agg.sm_active is not None and agg.util:
                 eff = round(min(1.0, agg.sm_active / agg.util), 3)
+            # What the shown cause costs, from this tick's window (a cause kept while a
+            # change waits to be confirmed is costed on the numbers of now).
+            lost = lost_time(shown.cause, jobs[g.index], host, agg)
             out.append(
                 Verdict(
                     gpu=g.index,
@@ -210,6 +214,10 @@ class Diagnoser:
                     fixes=shown.fixes,
                     efficiency=eff,
                     cause=shown.cause,
+                    lost_pct=None if lost is None else lost.pct,
+                    speedup_max=None if lost is None else lost.speedup,
+                    lost_pid=None if lost is None else lost.pid,
+                    lost_split=() if lost is None else lost.split,
                 )
             )
         for gone in set(self._gpus) - {g.index for g in frame.gpus}:

@@ -103,6 +103,12 @@ class GpuSample:
     # Where sm_active (and occupancy, tensor, DRAM) came from: "gpm" (NVML), "dcgm"
     # (a dcgm-exporter on the node), "demo"; None while SM activity is n/a.
     sm_source: str | None = None
+    lost_gpu_s: dict[str, float] | None = field(default=None, hash=False)
+    """Seconds of this GPU's time lost to each cause (``{cause: seconds}``) since gputop
+    started counting (``lost_since``), or over a replayed bundle's window; None: not counted
+    (frames written before it existed)."""
+    lost_since: float | None = None
+    """Unix time the count of ``lost_gpu_s`` began."""
 
     @property
     def power_pct(self) -> float | None:
@@ -311,11 +317,32 @@ class ProcessSample:
 
 
 @dataclass(frozen=True, slots=True)
+class LostPart:
+    """One part of a trainer's wall time over the verdict's window, for the cost of its cause.
+
+    The parts of ``Verdict.lost_split`` sum to 100: the GPU wait, each part the cause
+    took (``cause`` set), and the rest (docs/diagnosis.md, "What the cause costs").
+    """
+
+    key: str
+    """``gpu``, ``cpu_wait``, ``after_gpu``, ``batches``, ``work``, ``collective``,
+    ``clocks`` or ``rest``."""
+    label: str
+    pct: float
+    cause: Cause | None = None
+    """The cause that took this part; None for the parts no cause took (GPU wait, the rest)."""
+    measured: bool = True
+    """False where the share is inferred (a model of what removing the cause frees)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """The diagnosis for one GPU: a state, its cause, the evidence with numbers, the fixes.
 
     ``cause`` is None where nothing holds the GPU back (``ok``, ``idle``, ``unknown``)
-    and in verdicts recorded before causes existed.
+    and in verdicts recorded before causes existed. ``lost_pct`` is the share of the
+    window's wall time the cause held the GPU's trainer back and ``speedup_max`` how much
+    faster its steps could run without it (docs/diagnosis.md); None where not known.
     """
 
     gpu: int
@@ -324,6 +351,11 @@ class Verdict:
     fixes: tuple[str, ...] = ()
     efficiency: float | None = None
     cause: Cause | None = None
+    lost_pct: float | None = None
+    speedup_max: float | None = None
+    lost_pid: int | None = None
+    """The trainer whose time split ``lost_split`` is (None: the GPU's, as for clocks)."""
+    lost_split: tuple[LostPart, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +488,10 @@ _ENUMS: dict[str, tuple[str, ...]] = {
     "ProcessSample.role": ROLES,
     "Verdict.state": VERDICT_STATES,
     "Verdict.cause": CAUSES,
+    "LostPart.cause": CAUSES,
 }
+# Objects whose keys must be one of a fixed set.
+_KEY_ENUMS: dict[str, tuple[str, ...]] = {"GpuSample.lost_gpu_s": CAUSES}
 
 
 def _list(d: dict[str, Any], key: str) -> list[Any]:
@@ -504,6 +539,11 @@ def _checker(where: str, tp: Any) -> Checker:
         return functools.partial(_as_tuple, where, _checker(f"{where}[]", args[0]))
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return functools.partial(_build, tp)
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        keys = _checker(f"{where} key", key_tp)
+        values = _checker(f"{where}[]", value_tp)
+        return functools.partial(_as_dict, where, keys, values, _KEY_ENUMS.get(where))
     # An annotation this checker does not know (a field added later): passed through.
     return _unchecked
 
@@ -536,6 +576,19 @@ def _exactly(where: str, tp: type, v: Any) -> Any:
     if type(v) is not tp:
         raise TypeError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
     return v
+
+
+def _as_dict(
+    where: str, key: Checker, value: Checker, allowed: tuple[str, ...] | None, v: Any
+) -> dict[Any, Any]:
+    if type(v) is not dict:
+        raise TypeError(f"{where} must be an object, got {type(v).__name__}")
+    out = {key(k): value(x) for k, x in v.items()}
+    if allowed is not None:
+        bad = [k for k in out if k not in allowed]
+        if bad:
+            raise ValueError(f"{where} keys must be one of {', '.join(allowed)}, got {bad[0]!r}")
+    return out
 
 
 def _as_tuple(where: str, item: Checker, v: Any) -> tuple[Any, ...]:

@@ -16,10 +16,12 @@ from itertools import islice
 from gputop.model.frame import Frame, ProcessSample, Verdict, VerdictState
 from gputop.model.history import History, ProcKey, Tick
 from gputop.model.jobcpus import Job, job_cpus, job_throttled
+from gputop.model.ledger import GpuLoss, GpuPrices, gpu_loss
 from gputop.model.waits import SPLIT_FIELDS, Segment, WaitSplit, split_of, wait_split
 
 __all__ = [
     "SEVERITY",
+    "GpuLoss",
     "Job",
     "ScreenView",
     "Segment",
@@ -93,6 +95,8 @@ class ScreenView:
     """Each throttled job's share of CFS periods throttled this interval, by trainer pid."""
     trainer_waits: tuple[tuple[ProcessSample, WaitSplit], ...] = ()
     """Each trainer with a time split (GPU holders first): where its main thread waited."""
+    losses: dict[int, GpuLoss] = field(default_factory=dict)
+    """Each GPU's lost time by cause since counting began, with its price, by GPU index."""
     _series: dict[tuple[str, str, int], list[float | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -130,6 +134,10 @@ class ScreenView:
                 out.append((tk.t, split))
         return out
 
+    def cost_of(self, pid: int) -> Verdict | None:
+        """The verdict whose cost is taken from this trainer's time split (its waterfall)."""
+        return next((v for v in self.verdicts if v.lost_pid == pid and v.lost_split), None)
+
     def since_watch(self, p: ProcessSample) -> int | None:
         """Preemptions of ``p`` since gputop began watching (None: never seen)."""
         since = self.preempt_since.get(p.key)
@@ -138,8 +146,14 @@ class ScreenView:
         return since
 
 
-def screen_view(history: History, *, paused: bool = False, replay: str = "") -> ScreenView:
-    """The view of the history's newest tick."""
+def screen_view(
+    history: History,
+    *,
+    paused: bool = False,
+    replay: str = "",
+    prices: GpuPrices | None = None,
+) -> ScreenView:
+    """The view of the history's newest tick (``prices``: what a GPU-hour costs, if given)."""
     frame = history.last
     since: dict[ProcKey, int] = {}
     if frame is not None:
@@ -183,4 +197,14 @@ def screen_view(history: History, *, paused: bool = False, replay: str = "") -> 
         jobs=tuple(job_cpus(frame.processes)),
         job_throttled=job_throttled(frame.processes),
         trainer_waits=tuple(waits),
+        losses=_losses(frame, prices or GpuPrices()),
     )
+
+
+def _losses(frame: Frame, prices: GpuPrices) -> dict[int, GpuLoss]:
+    out: dict[int, GpuLoss] = {}
+    for g in frame.gpus:
+        loss = gpu_loss(g, prices)
+        if loss is not None:
+            out[g.index] = loss
+    return out

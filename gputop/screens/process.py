@@ -19,6 +19,7 @@ from gputop.messages import KillRequested, ProcessClosed, StackDumped
 from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
 from gputop.procctl import pyspy_dump
+from gputop.screens.waterfall import waterfall
 
 CHARTS = (
     ("split", "where the time goes %"),
@@ -179,6 +180,7 @@ class ProcessScreen(Screen[None]):
     ProcessScreen #threads { width: 1fr; height: 1fr; }
     ProcessScreen #side { width: 1fr; height: 1fr; padding: 0 1; }
     ProcessScreen #stack { height: auto; color: $text-muted; }
+    ProcessScreen #lost { height: auto; margin-bottom: 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "app.pop_screen", "Back"),
@@ -204,6 +206,10 @@ class ProcessScreen(Screen[None]):
             table: DataTable[object] = DataTable(id="threads", cursor_type="row")
             yield table
             with VerticalScroll(id="side"):
+                # The cost waterfall, shown only for the trainer a verdict's cost is taken from.
+                lost = Static(id="lost")
+                lost.display = False
+                yield lost
                 yield Static(id="gpu")
                 yield Static(id="waits")
                 yield Static(id="hist")
@@ -353,6 +359,12 @@ class ProcessScreen(Screen[None]):
         table.border_title = f"threads ({len(p.threads)})" if p.threads else "threads: not sampled"
 
     def _side(self, p: ProcessSample) -> None:
+        cost = self.view.cost_of(p.pid)
+        lost = self.query_one("#lost", Static)
+        lost.display = cost is not None
+        if cost is not None:
+            now = self.view.frame.t if self.view.frame is not None else 0.0
+            lost.update(waterfall(cost, self.view.losses.get(cost.gpu), now))
         if p.gpus:
             mem = "n/a" if p.gpu_mem_mib is None else f"{p.gpu_mem_mib / 1024:.1f} GiB"
             sm = "" if p.gpu_sm_pct is None else f", SM {p.gpu_sm_pct:.0f}%"

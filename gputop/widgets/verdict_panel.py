@@ -11,6 +11,7 @@ a user sees when the trouble started.
 from __future__ import annotations
 
 import textwrap
+import time
 from typing import ClassVar
 
 from rich.text import Text
@@ -23,7 +24,7 @@ from gputop.model.frame import Cause, Verdict, VerdictState
 
 # SEVERITY: the ranks the view orders the verdicts by (every state has one and a title).
 from gputop.model.view import SEVERITY as SEVERITY
-from gputop.model.view import ScreenView
+from gputop.model.view import GpuLoss, ScreenView
 from gputop.widgets.lines import LineCache
 
 TITLES: dict[VerdictState, str] = {
@@ -46,6 +47,17 @@ CAUSE_TITLES: dict[Cause, str] = {
     "trainer_work": "trainer's own work",
     "straggler": "a straggling rank",
     "gpu_side": "GPU side",
+}
+# What a cause costs, as the sentence under the title starts it (with its verb).
+CAUSE_COSTS: dict[Cause, str] = {
+    "cpu_limit": "Its CPU limit costs",
+    "cpu_contention": "CPU contention costs",
+    "clocks": "Slowed clocks cost",
+    "input_storage": "Slow storage costs",
+    "input_compute": "The input pipeline costs",
+    "trainer_work": "The trainer's own work costs",
+    "straggler": "A straggling rank costs",
+    "gpu_side": "The GPU's own kernels cost",
 }
 # The history strip: one character per tick; taller is worse, so it reads without colour too.
 STRIP_GLYPHS = {
@@ -81,6 +93,69 @@ def cause_text(top: list[Verdict]) -> str:
     if distinct:
         return "causes: " + ", ".join(f"{name} (GPU {gpu})" for gpu, name in named)
     return ""
+
+
+def speedup_text(x: float) -> str:
+    """``1.6x``; whole times from 10 on."""
+    return f"{x:.1f}x" if x < 10 else f"{x:.0f}x"
+
+
+def cost_line(v: Verdict, alone: bool) -> str | None:
+    """``CPU contention costs this GPU 38% of its time; without it the job could run up to
+    1.6x faster``; None where the verdict's cost is not known."""
+    if v.cause is None or v.lost_pct is None:
+        return None
+    who = "this GPU" if alone else f"GPU {v.gpu}"
+    line = f"{CAUSE_COSTS.get(v.cause, v.cause)} {who} {v.lost_pct:.0f}% of its time"
+    if v.speedup_max is not None:
+        line += f"; without it the job could run up to {speedup_text(v.speedup_max)} faster"
+    # Evidence says what was measured: a share resting on a model of the job says so.
+    lost = [p for p in v.lost_split if p.cause is not None]
+    inferred = sum(1 for p in lost if not p.measured)
+    if inferred:
+        line += " (inferred)" if inferred == len(lost) else " (partly inferred)"
+    return line
+
+
+def hours_text(hours: float) -> str:
+    """GPU-hours to two significant digits below one (0.42, 0.0021), one decimal above."""
+    return f"{hours:.1f}" if hours >= 1 else f"{hours:.2g}"
+
+
+def money_text(usd: float) -> str:
+    """Dollars and cents; two significant digits below a dollar ($0.42, $0.0084)."""
+    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.2g}"
+
+
+def since_text(since: float, now: float) -> str:
+    """``10:12`` (local time), with the date where it is not the day of ``now``."""
+    at, today = time.localtime(since), time.localtime(now)
+    if (at.tm_year, at.tm_yday) == (today.tm_year, today.tm_yday):
+        return time.strftime("%H:%M", at)
+    return time.strftime("%b %d %H:%M", at)
+
+
+def loss_line(loss: GpuLoss, now: float, shares: bool = False) -> str | None:
+    """``0.42 GPU-hours lost since 10:12 ($1.47 at $3.50/h)``, then each cause's GPU-hours
+    where there were several (``shares``: and its share of them); None before any time
+    was lost."""
+    if loss.seconds <= 0:
+        return None
+    line = f"{hours_text(loss.hours)} GPU-hours lost"
+    if loss.since is not None:
+        line += f" since {since_text(loss.since, now)}"
+    if loss.usd is not None and loss.usd_per_hour is not None:
+        line += f" ({money_text(loss.usd)} at ${loss.usd_per_hour:.2f}/h)"
+    if len(loss.by_cause) > 1:
+        titles: dict[str, str] = {c: t for c, t in CAUSE_TITLES.items()}
+        parts = [f"{titles.get(c, c)} {hours_text(sec / 3600.0)}" for c, sec in loss.by_cause]
+        if shares:
+            parts = [
+                f"{p} ({100.0 * sec / loss.seconds:.0f}%)"
+                for p, (_, sec) in zip(parts, loss.by_cause, strict=True)
+            ]
+        line += ": " + ", ".join(parts)
+    return line
 
 
 def wrap(text: str, width: int, first: str, rest: str) -> list[str]:
@@ -145,6 +220,8 @@ class VerdictPanel(Widget):
         self._body_key: tuple[object, ...] = ()
         self._body: list[PanelLine] = []
         self._run_s = 0.0
+        # What each GPU's cause costs and the time it lost, by GPU (the lines under its title).
+        self._costs: dict[int, tuple[str, ...]] = {}
         self.expanded = False
         self.max_lines = 3
         self.max_expanded = 12
@@ -205,6 +282,13 @@ class VerdictPanel(Widget):
         self._has_gpus = has_gpus
         self._strip = view.verdict_strip
         self._run_s = view.verdict_run_s
+        self._costs = {}
+        for v in view.verdicts:
+            lines = [cost_line(v, alone=len(top) == 1 and v in top)]
+            loss = view.losses.get(v.gpu)
+            if loss is not None and v.cause is not None:
+                lines.append(loss_line(loss, frame.t))
+            self._costs[v.gpu] = tuple(x for x in lines if x is not None)
         self._relayout()
 
     # ---- layout -------------------------------------------------------------
@@ -283,14 +367,20 @@ class VerdictPanel(Widget):
             if width - used - 2 < STRIP_MIN_W:
                 eff = None
         title += [part for part in (eff, run) if part is not None]
-        key = (self._verdicts, width)
+        key = (self._verdicts, width, self._costs)
         if key != self._body_key:
-            self._body_key, self._body = key, self._body_lines(ordered, top, width)
+            self._body_key = key
+            self._body = self._body_lines(ordered, top, width, self._costs)
         return [self._with_strip(title, width), *self._body]
 
     @staticmethod
-    def _body_lines(ordered: list[Verdict], top: list[Verdict], width: int) -> list[PanelLine]:
-        """Every evidence line and fix under the title, wrapped to ``width``."""
+    def _body_lines(
+        ordered: list[Verdict],
+        top: list[Verdict],
+        width: int,
+        costs: dict[int, tuple[str, ...]],
+    ) -> list[PanelLine]:
+        """What each cause costs, then every evidence line and fix, wrapped to ``width``."""
         lines: list[PanelLine] = []
         v = top[0]
         if v.state in CALM:
@@ -308,6 +398,10 @@ class VerdictPanel(Widget):
                     head += f" (cause: {CAUSE_TITLES.get(verdict.cause, verdict.cause)})"
                 lines.append([(head, "bold")])
                 prefix = "  "
+            for k, cost in enumerate(costs.get(verdict.gpu, ())):
+                # The cost first: the number a user decides with; the GPU-hours after it.
+                style = "bold" if k == 0 else ""
+                lines += [[(x, style)] for x in wrap(cost, width, prefix + "• ", prefix + "  ")]
             for ev in verdict.evidence:
                 label = f"GPU {verdict.gpu}: " if len(top) > 1 and verdict in top else ""
                 if ev.startswith(label):

@@ -54,6 +54,10 @@ def test_help_lists_every_contract_command():
         ["record", "--duration", "soon"],
         ["record", "--bogus"],
         ["--top", "0"],
+        ["--gpu-price", "0"],
+        ["record", "--gpu-price", "-3.5"],
+        ["--gpu-price", "three"],
+        ["--gpu-price", "inf"],
         ["nosuchcommand"],
         ["record", "-o", "/nonexistent-dir/x.jsonl", "--duration", "0.2"],
     ],
@@ -133,7 +137,15 @@ def test_headless_record_uses_the_config_interval(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text", ["interval = [", "[thresholds]\nsm_low_pct = 'low'\n", "[thresholds]\nnope = 1\n"]
+    "text",
+    [
+        "interval = [",
+        "[thresholds]\nsm_low_pct = 'low'\n",
+        "[thresholds]\nnope = 1\n",
+        '[gpu_price]\n"H100" = "3.5"\n',
+        '[gpu_price]\n"H100" = -1\n',
+        "gpu_price = 3.5\n",
+    ],
 )
 def test_bad_config_is_one_line_and_exit_2_for_every_command(tmp_path, text):
     env = user_config(tmp_path, text)

@@ -45,9 +45,14 @@ def _records() -> list[str]:
     return re.findall(r"^\s*- record: (\S+)", RULES.read_text(), re.M)
 
 
+RANGE = "5m"
+PRICE = 3.5
+
+
 def _concrete(query: str) -> str:
-    """A dashboard query with its variables filled in as Grafana's "All" does."""
-    return query.replace("$Hostname", ".*")
+    """A dashboard query with its variables filled in as Grafana's "All" does, the time
+    range's ``$__range`` and a price."""
+    return query.replace("$Hostname", ".*").replace("$__range", RANGE).replace("$price", str(PRICE))
 
 
 @needs_promtool
@@ -257,3 +262,117 @@ def test_real_prometheus_evaluates_every_rule_without_error(
     assert starving[0]["state"] == "pending"
     assert starving[0]["labels"]["UUID"].startswith("GPU-")
     assert starving[0]["labels"]["modelName"]
+
+
+LOST = "gputop_gpu_lost_seconds_total"
+
+
+def _lost_panels() -> tuple[str, str]:
+    """The dashboard's "GPU-hours lost by cause" query and its cost at the price."""
+    (hours,) = [q for q in dashboard_queries() if LOST in q and "$price" not in q]
+    (money,) = [q for q in dashboard_queries() if LOST in q and "$price" in q]
+    return hours, money
+
+
+def _by_cause(result: list[Any]) -> dict[str, float]:
+    return {r["metric"]["cause"]: float(r["value"][1]) for r in result}
+
+
+@needs_prometheus
+def test_the_lost_gpu_hours_panel_returns_the_per_cause_sum_of_the_scraped_counters(
+    prometheus: tuple[str, str],
+) -> None:
+    base, target = prometheus
+    # The starving demo's GPU loses time to CPU contention once its verdict holds; five
+    # scrapes of it growing make a range for increase().
+    growing = f'count_over_time({LOST}{{cause="cpu_contention"}}[{RANGE}]) >= 5'
+    assert _wait_for_data(base, growing, 90)
+    hours, money = _lost_panels()
+    at = f"{time.time():.3f}"
+
+    def query(q: str) -> list[Any]:
+        body = _get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": at}))
+        assert body["status"] == "success", (q, body)
+        result: list[Any] = body["data"]["result"]
+        return result
+
+    # What each series grew by over the range, as Prometheus scraped it, summed by cause.
+    grew: dict[str, float] = {}
+    n: dict[str, int] = {}
+    for r in query(f"{LOST}[{RANGE}]"):
+        assert r["metric"]["Hostname"] == "node-under-test"
+        values = [float(v) for _, v in r["values"]]
+        cause = r["metric"]["cause"]
+        grew[cause] = grew.get(cause, 0.0) + (values[-1] - values[0]) / 3600.0
+        n[cause] = n.get(cause, 0) + 1
+    panel = _by_cause(query(_concrete(hours)))
+    print(f"panel {panel} vs what the counters grew, summed by cause: {grew} (GPU-hours)")
+    assert set(panel) == set(grew), (panel, grew)
+    assert grew["cpu_contention"] > 0 and panel["cpu_contention"] > 0
+    for cause, h in grew.items():
+        # increase() extrapolates toward the range's ends, half a scrape interval (1 s) at
+        # each; a GPU loses at most 1 s a second.
+        assert abs(panel[cause] - h) <= n[cause] * 1.0 / 3600.0, (cause, panel[cause], h)
+    cost = _by_cause(query(_concrete(money)))
+    for cause, h in panel.items():
+        assert cost[cause] == pytest.approx(h * PRICE), (cause, cost, panel)
+    # The exporter's own text says it is a counter.
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as r:
+        assert f"# TYPE {LOST} counter" in r.read().decode()
+
+
+@needs_promtool
+def test_the_lost_gpu_hours_panel_adds_up_each_cause_across_a_fleet(tmp_path: Path) -> None:
+    """Two nodes, three GPUs, two causes, ten minutes: the panel's query, run by promtool's
+    engine, gives each cause's GPU-hours summed over every GPU of the fleet."""
+    hours, money = _lost_panels()
+    fleet = {
+        ("node-a", "0", "cpu_contention"): 30,  # GPU-seconds lost per minute
+        ("node-a", "1", "cpu_contention"): 12,
+        ("node-b", "0", "cpu_contention"): 6,
+        ("node-b", "0", "cpu_limit"): 60,
+    }
+    series = "\n".join(
+        f'      - series: \'{LOST}{{Hostname="{h}",gpu="{g}",cause="{c}"}}\'\n'
+        f"        values: '0+{per_min}x10'"
+        for (h, g, c), per_min in fleet.items()
+    )
+    contention_h = (30 + 12 + 6) * 10 / 3600
+    limit_h = 60 * 10 / 3600
+
+    def expr(q: str) -> str:
+        return q.replace("$Hostname", ".*").replace("$__range", "10m").replace("$price", "3.5")
+
+    tests = f"""rule_files: []
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+{series}
+    promql_expr_test:
+      - expr: '{expr(hours)}'
+        eval_time: 10m
+        exp_samples:
+          - labels: '{{cause="cpu_contention"}}'
+            value: {contention_h!r}
+          - labels: '{{cause="cpu_limit"}}'
+            value: {limit_h!r}
+      - expr: '{expr(money)}'
+        eval_time: 10m
+        exp_samples:
+          - labels: '{{cause="cpu_contention"}}'
+            value: {contention_h * 3.5!r}
+          - labels: '{{cause="cpu_limit"}}'
+            value: {limit_h * 3.5!r}
+      - expr: '{expr(hours).replace(".*", "node-b")}'
+        eval_time: 10m
+        exp_samples:
+          - labels: '{{cause="cpu_contention"}}'
+            value: {6 * 10 / 3600!r}
+          - labels: '{{cause="cpu_limit"}}'
+            value: {limit_h!r}
+"""
+    (tmp_path / "lost.test.yml").write_text(tests)
+    r = _promtool("test", "rules", "lost.test.yml", cwd=tmp_path)
+    assert r.returncode == 0, tests + r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout

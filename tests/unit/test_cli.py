@@ -33,3 +33,26 @@ def test_the_config_docstring_example_is_a_config_the_loader_accepts(tmp_path):
     config = load_config(path)
     assert config.interval_s == 2.0 and config.keys["kill"] == "F9"
     assert Thresholds.from_mapping(config.thresholds).sm_low_pct == 30.0
+    assert config.gpu_price == {"H100": 3.5}
+
+
+def test_a_gpu_price_from_the_command_line_wins_over_the_configs_price_per_model(
+    tmp_path, monkeypatch
+):
+    from gputop.cli import build_parser, options_from
+    from gputop.config import load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    user_config(tmp_path, '[gpu_price]\n"H100" = 3.5\n"A10" = 1\n')
+    config = load_config()
+    opts = options_from(build_parser().parse_args(["record"]), config)
+    assert opts.gpu_prices.price("NVIDIA H100 80GB HBM3") == 3.5
+    assert opts.gpu_prices.price("NVIDIA A10") == 1.0
+    assert opts.gpu_prices.price("NVIDIA L4") is None
+    for argv in (["--gpu-price", "2.25", "record"], ["record", "--gpu-price", "2.25"]):
+        opts = options_from(build_parser().parse_args(argv), config)
+        assert opts.gpu_prices.price("NVIDIA L4") == opts.gpu_prices.price("H100") == 2.25
+    # No price anywhere: none built in.
+    user_config(tmp_path, "")
+    opts = options_from(build_parser().parse_args(["record"]), load_config())
+    assert opts.gpu_prices.price("NVIDIA H100 80GB HBM3") is None

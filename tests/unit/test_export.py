@@ -3,10 +3,12 @@ not zero where unknown, and --listen parsed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gputop.errors import UsageError
-from gputop.export import parse_listen
+from gputop.export import COSTED_CAUSES, parse_listen
 from gputop.model.frame import CAUSES, VERDICT_STATES
 from tests.exportutil import FRAME, one, scrape_collector
 
@@ -177,3 +179,23 @@ def test_a_ranks_collective_and_host_wait_are_exported_with_its_job_and_rank() -
     assert [s.labels["pid"] for s in f["gputop_rank_info"]] == ["100"]
     plain = scrape_collector(FRAME)
     assert not plain.get("gputop_rank_info")
+
+
+def test_each_gpus_lost_seconds_are_a_counter_per_cause_from_zero() -> None:
+    g0, g1 = FRAME.gpus
+    lost = (
+        replace(g0, lost_gpu_s={"cpu_limit": 12.5, "cpu_contention": 3.25}, lost_since=1.0),
+        replace(g1, lost_gpu_s={}, lost_since=1.0),
+    )
+    f = scrape_collector(replace(FRAME, gpus=lost))
+    name = "gputop_gpu_lost_seconds_total"
+    assert one(f, name, Hostname="node1", gpu="0", UUID="GPU-aaa", cause="cpu_limit") == 12.5
+    assert one(f, name, gpu="0", modelName="NVIDIA H100", cause="cpu_contention") == 3.25
+    # Every cause whose cost is counted is there from 0, on every GPU; the kernels' own
+    # pace (gpu_side) never is.
+    assert one(f, name, gpu="0", cause="straggler") == 0.0
+    assert {s.labels["cause"] for s in f[name] if s.labels["gpu"] == "1"} == set(COSTED_CAUSES)
+    assert "gpu_side" not in COSTED_CAUSES and len(COSTED_CAUSES) == len(CAUSES) - 1
+    assert sum(s.value for s in f[name] if s.labels["gpu"] == "1") == 0.0
+    # Frames that do not count lost time (written before it existed) export no series.
+    assert name not in scrape_collector(FRAME)

@@ -13,4 +13,4 @@ def test_every_dashboard_query_is_a_documented_tested_query() -> None:
     assert not missing, f"dashboard queries not in docs/prometheus.md: {missing}"
     dash = json.loads(DASHBOARD.read_text())
     assert all(p["targets"] for p in dash["panels"])
-    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "Hostname"}
+    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "Hostname", "price"}
