@@ -9,7 +9,8 @@ of that file: once per distinct library file (device and inode), shared by every
 trainer that maps it; with one uprobe_multi link per direction where the kernel has
 them (Linux 6.6+), else one perf event per function and direction. The file is
 reached through ``/proc/PID/root``, so a trainer in a container (its own mount
-namespace) is probed in its own copy of the library. The programs count only processes the probe watches.
+namespace) is probed in its own copy of the library. The programs count only
+processes the probe watches.
 
 Kernel launches are not probed (thousands per second): only calls that wait.
 A uprobe fires at the function's address whoever called it, so how the CUDA
