@@ -22,6 +22,41 @@ from tests.exportutil import exporting
 from tests.harness import PY, ROOT, run_gputop
 from tests.pilotutil import Posted
 
+# System-test modules that assert nothing about time or CPU shares (what they check holds on
+# a busy machine too: fds, programs, files, exit statuses, replays), so they may run beside
+# other tests. Every other system test is marked ``serial``: it measures against its own
+# clock or the kernel's and runs alone (scripts/install-and-test.sh runs the ``serial`` ones
+# one at a time after the rest, which run on three workers).
+SHAREABLE_SYSTEM_MODULES = frozenset(
+    {
+        "test_bpf_handover",
+        "test_bpf_release",
+        "test_cgroup",
+        "test_cli",
+        "test_detach",
+        "test_doctor",
+        "test_export",
+        "test_loader_contract",
+        "test_lost_replay",
+        "test_nvml_pidns",
+        "test_probe_footprint",
+        "test_procctl",
+        "test_prometheus",
+        "test_ranks_in_namespace",
+        "test_roles",
+        "test_roundtrip",
+        "test_snapshot",
+        "test_terminal",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        if path.parent.name == "system" and path.stem not in SHAREABLE_SYSTEM_MODULES:
+            item.add_marker(pytest.mark.serial)
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Compile gputop's modules and the test helpers once, into their ``__pycache__``.
@@ -30,8 +65,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     sets PYTHONDONTWRITEBYTECODE=1, so none of them would write the bytecode it compiled:
     each start compiled gputop's modules from source (0.2-0.3 s of CPU for the TUI's
     imports). Python still reads bytecode it finds, and checks it against the source's
-    mtime and size, so an edited module is compiled afresh, never run stale.
+    mtime and size, so an edited module is compiled afresh, never run stale. Once per run:
+    not again in each pytest-xdist worker.
     """
+    if hasattr(session.config, "workerinput"):
+        return
     for tree in (ROOT / "gputop", ROOT / "tests"):
         compileall.compile_dir(tree, quiet=1, workers=1)
 

@@ -213,10 +213,11 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
 
 
 def _judged_frames(
-    probe: BpfSchedProbe, tmp_path: Path, pid: int, sm_pct: int, util: int, n: int = 12
+    probe: BpfSchedProbe, tmp_path: Path, pid: int, sm_pct: int, util: int, n: int = 6
 ) -> list[Frame]:
     """n frames of the loop ``pid`` as the fake NVML's GPU process, diagnosed, taken once
-    its GPU wait is measured."""
+    its GPU wait is measured (a verdict is confirmed by the third tick of a new sampler;
+    the last of six is judged over five measured seconds)."""
     fake = FakeNvml(
         tmp_path / "nvml",
         [FakeGpu(util=[util], sm_util=[sm_pct], processes=[FakeProc(pid=pid, sm_pct=sm_pct)])],

@@ -99,10 +99,34 @@ def _window(frames: list[Frame]) -> tuple[float, float]:
     return window[0].t - window[0].interval, window[-1].t
 
 
+def _rank1_host(f: Frame, pids: list[int]) -> str:
+    """What took rank 1's CPU in frame ``f``. The test means it to have a CPU to itself (its
+    hogs are pinned to rank 0's): a process outside the job with a share of its run-queue
+    time says the machine was busy with other work, so rank 1 had a host cause of its own,
+    which a failure message must tell apart from a wrong verdict."""
+    row = next((p for p in f.processes if p.pid == pids[1]), None)
+    if row is None:
+        return "rank 1 not in the frame"
+    job = {q.pid for q in f.processes if q.pid in pids or q.trainer_pid in pids}
+    others = [
+        f"{p.comm} (pid {p.pid}) {p.share_pct:.0f}%"
+        for p in row.preemptors or ()
+        if p.pid not in job and p.share_pct >= 5.0
+    ]
+    text = f"rank 1 waited for a CPU {row.runq_pct or 0.0:.0f}% of the tick"
+    if others:
+        text += "; outside the job " + ", ".join(others) + " took it"
+    return text
+
+
 def _assert_named(frames: list[Frame], pids: list[int]) -> None:
     for f in frames[FIRST:]:
         v0, v1 = sorted(f.verdicts, key=lambda v: v.gpu)
-        assert (v1.state, v1.cause) == ("busy_but_starving", "straggler"), (f.t, v1)
+        assert (v1.state, v1.cause) == ("busy_but_starving", "straggler"), (
+            f.t,
+            v1,
+            _rank1_host(f, pids),
+        )
         assert f"rank 0 (pid {pids[0]}, GPU 0)" in v1.evidence[1], v1.evidence
         assert v0.cause != "straggler", v0
         assert v1.fixes and all(x.startswith("rank 0 (pid") for x in v1.fixes), v1.fixes
