@@ -42,6 +42,7 @@ from gputop.messages import (
     ProcessSignalled,
     SnapshotFailed,
     SnapshotSaved,
+    VerdictToggled,
     ViewChanged,
 )
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
@@ -73,6 +74,9 @@ DRILL_DOWN_HELP = {
     "app.pop_screen": "back to the main screen",
 }
 FEED_CHECK_S = 5.0
+# The process table's part of the rows it shares with the verdict panel (folded).
+TABLE_SHARE = 0.33
+TABLE_MIN_ROWS = 6
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
     {
@@ -136,7 +140,7 @@ class GputopApp(App[int]):
         "pause": "freeze the display (sampling continues)",
         "snapshot": "write a snapshot bundle with a screenshot",
         "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
-        "verdict": "expand the verdict panel to every evidence line and fix, or fold it",
+        "verdict": "expand the verdict panel (arrows, PgUp/PgDn, wheel scroll it; Esc folds)",
         "copy_fixes": "copy the verdict's fixes to the clipboard (OSC 52; also selectable)",
         "gpu_mode": "GPU panels or one line per GPU (chosen by size until pressed)",
         "quit": "quit",
@@ -259,11 +263,27 @@ class GputopApp(App[int]):
         self._fit(event.size.width, event.size.height)
 
     def _fit(self, width: int, height: int) -> None:
-        """Share the rows out: header, verdict and GPUs get a budget, the table the rest."""
+        """Share the rows out: header and GPUs get a budget, the verdict and the table the rest."""
         self.query_one(HostHeader).fit(header_rows(width, height))
-        folded = 3 if height < 24 else 4 if height < 30 else 5 if height < 50 else 8
-        self.query_one(VerdictPanel).fit(folded, max(folded, height - 8))
         self.query_one(GpuArea).fit(width, max(2, int(height * 0.3)))
+        self._fit_verdict(height)
+
+    def _fit_verdict(self, height: int | None = None) -> None:
+        """The verdict's lines: what the table and the panel share, less the table's part.
+
+        The table takes the rows the other panels leave (1fr): the panel gets all of them
+        but the table's share (``TABLE_SHARE``, at least ``TABLE_MIN_ROWS``) folded, and all
+        but the table's header expanded. The filter and search bars are not counted: while
+        one is open the table gives up a row, and the verdict does not move.
+        """
+        header = max(1, len(self.query_one(HostHeader).lines))
+        waits = self.query_one(TrainerWaitBars)
+        bars = len(waits.lines) if waits.display else 0
+        # The header, the GPUs, the time bars, the status line and the footer.
+        others = header + self.query_one(GpuArea).rows + bars + 2
+        shared = max(2, (height or self.size.height) - others)
+        folded = max(1, shared - max(TABLE_MIN_ROWS, round(shared * TABLE_SHARE)))
+        self.query_one(VerdictPanel).fit(folded, max(folded, shared - 1))
 
     @property
     def table(self) -> ProcessTable:
@@ -327,6 +347,8 @@ class GputopApp(App[int]):
             self.query_one(StatusLine),
         ):
             widget.show(view)
+        # A new GPU or trainer changes the rows the verdict and the table share.
+        self._fit_verdict()
         for screen in self.screen_stack:
             if isinstance(screen, ProcessScreen):
                 screen.show(view)
@@ -377,6 +399,14 @@ class GputopApp(App[int]):
 
     def action_verdict(self) -> None:
         self.query_one(VerdictPanel).toggle()
+
+    @on(VerdictToggled)
+    def _verdict_toggled(self, event: VerdictToggled) -> None:
+        # Expanded, the keys scroll the verdict; folded, they move the table again.
+        if event.expanded:
+            self.query_one(VerdictPanel).focus()
+        elif self.focused is self.query_one(VerdictPanel):
+            self.table.focus()
 
     def action_copy_fixes(self) -> None:
         fixes = self.query_one(VerdictPanel).fixes()

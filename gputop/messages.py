@@ -57,6 +57,13 @@ class ProcessClosed(Message):
     key: tuple[int, int]
 
 
+@dataclass
+class VerdictToggled(Message):
+    """VerdictPanel → app: the panel was expanded (keys scroll it now) or folded back."""
+
+    expanded: bool
+
+
 class FilterCancelled(Message):
     """FilterInput → app: Esc in the filter box; clear the filter."""
 

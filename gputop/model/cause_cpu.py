@@ -121,6 +121,9 @@ def host_facts(job: Job, host: HostAgg, t: Thresholds) -> HostFacts:
         n_workers=len(job.dataloaders),
         job_cpus=tuple(sorted(allowed)) or None,
         job_quota_cpus=None if limit is None else limit.quota_cpus,
+        job_limit_file=None
+        if limit is None or limit.counters is None
+        else limit.counters.limit_file,
         per_cpu_pct=host.per_cpu_pct if len(host.per_cpu_pct) == len(online) else (),
         others_cpu_pct=sum(p.cpu_pct for p in job.others),
         culprits=culprits(job, t),
