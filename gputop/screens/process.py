@@ -20,6 +20,7 @@ from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
 from gputop.procctl import pyspy_dump
 from gputop.screens.waterfall import waterfall
+from gputop.widgets.lines import printable
 
 CHARTS = (
     ("split", "where the time goes %"),
@@ -160,7 +161,7 @@ def wait_lines(p: ProcessSample) -> list[str]:
             lines.append("preempted by: nobody took 1% of its lost CPU time this interval")
         else:
             lines.append("preempted by (share of its lost CPU time):")
-            lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {q.comm}" for q in took)
+            lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {printable(q.comm)}" for q in took)
     return lines
 
 
@@ -273,7 +274,7 @@ class ProcessScreen(Screen[None]):
         t.append(f", {p.preempt_total:,} since the process started")
         if gone:
             t.append("  [exited]", style="bold")
-        t.append(f"\n{p.cmdline or p.comm}")
+        t.append(f"\n{printable(p.cmdline or p.comm)}")
         head.update(t)
 
     def _charts(self) -> None:
@@ -337,7 +338,7 @@ class ProcessScreen(Screen[None]):
         for th in p.threads:
             cells = (
                 str(th.tid),
-                Text(th.comm),
+                Text(printable(th.comm)),
                 f(th.cpu_pct),
                 f(th.offcpu_pct),
                 f(th.runq_pct),

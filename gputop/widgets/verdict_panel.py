@@ -29,7 +29,7 @@ from gputop.model.frame import Cause, Verdict, VerdictState
 # SEVERITY: the ranks the view orders the verdicts by (every state has one and a title).
 from gputop.model.view import SEVERITY as SEVERITY
 from gputop.model.view import GpuLoss, ScreenView, gpu_label, group_verdicts
-from gputop.widgets.lines import LineCache
+from gputop.widgets.lines import LineCache, printable
 
 TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
@@ -585,7 +585,7 @@ class VerdictPanel(Widget, can_focus=True):
             if y:
                 text.append("\n")
             for run, name in line:
-                text.append(run, style=memo.style(name) if name else None)
+                text.append(printable(run), style=memo.style(name) if name else None)
         return text
 
     def render_line(self, y: int) -> Strip:
