@@ -63,6 +63,7 @@ from gputop.widgets.host_header import HostHeader, header_rows
 from gputop.widgets.key_footer import KeyFooter
 from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
+from gputop.widgets.table_layout import STAT_ONLY
 from gputop.widgets.verdict_panel import VerdictPanel
 from gputop.widgets.wait_bars import TrainerWaitBars
 
@@ -86,6 +87,7 @@ MAIN_SCREEN_ACTIONS = frozenset(
         "sort_step",
         "invert",
         "tree",
+        "everyone",
         "clear_filter",
         "scrub",
         "kill",
@@ -112,6 +114,7 @@ class GputopApp(App[int]):
         Binding("greater_than_sign", "sort_step(1)", "Sort col →", show=False, id="sort_next"),
         Binding("I", "invert", "Invert sort", show=False, id="invert"),
         Binding("t", "tree", "Tree", id="tree"),
+        Binding("a", "everyone", "All/jobs", show=False, id="all"),
         Binding("p", "pause", "Pause", id="pause"),
         Binding("s", "snapshot", "Snap", id="snapshot"),
         Binding("k", "kill", "Kill", id="kill"),
@@ -137,6 +140,7 @@ class GputopApp(App[int]):
         "sort_next": "sort by the column to the right",
         "invert": "invert the sort order",
         "tree": "DataLoader workers under their trainer on/off",
+        "all": "every process (the default) or the jobs and the busiest only",
         "pause": "freeze the display (sampling continues)",
         "snapshot": "write a snapshot bundle with a screenshot",
         "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
@@ -490,6 +494,9 @@ class GputopApp(App[int]):
     def action_tree(self) -> None:
         self.table.tree_mode = not self.table.tree_mode
 
+    def action_everyone(self) -> None:
+        self.table.everyone = not self.table.everyone
+
     @on(ViewChanged)
     def _view_changed(self, event: ViewChanged) -> None:
         self.query_one(StatusLine).view = event.view
@@ -509,6 +516,14 @@ class GputopApp(App[int]):
 
     @on(ProcessOpened)
     def _open_process(self, event: ProcessOpened) -> None:
+        if event.process.sched_source == STAT_ONLY:
+            p = event.process
+            self.notify(
+                f"pid {p.pid}: only its CPU share is read (it is neither a job process nor"
+                " among the busiest); its drill-down opens once it is",
+                markup=False,
+            )
+            return
         # Pinned while its drill-down is open: if the process exits, its charts stay.
         self.history.pin(event.process.key)
         self.push_screen(ProcessScreen(event.process.key, self.view, self.feed.live))

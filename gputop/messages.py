@@ -28,12 +28,14 @@ class FrameArrived(Message):
 
 @dataclass(frozen=True)
 class TableView:
-    """How the process table arranges its rows: sort column and direction, tree, filter."""
+    """How the process table arranges its rows: sort column and direction, tree, filter, and
+    whether it lists every process or the jobs and the busiest only."""
 
     sort_key: str = "cpu"
     reverse: bool = True
     tree: bool = True
     needle: str = ""
+    everyone: bool = True
 
 
 @dataclass

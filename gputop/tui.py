@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from gputop.app import GputopApp
@@ -31,7 +32,8 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     if not getattr(args, "replay", None):
         from gputop.runtime import build_sampler
 
-        feed = SamplerFeed(build_sampler(opts))
+        # The table lists every process (as htop does), so a filter finds any of them.
+        feed = SamplerFeed(build_sampler(dataclasses.replace(opts, list_all=True)))
     app: GputopApp | None = None
 
     def stop(status: int) -> None:

@@ -90,6 +90,8 @@ class StatusLine(LineWidget):
                 "",
             )
         )
+        if not view.everyone:
+            runs.append((" │ jobs only", "bold"))
         if view.needle:
             runs.append((f" │ filter “{view.needle}”", "bold"))
         if src.notes:
