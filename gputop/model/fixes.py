@@ -134,7 +134,7 @@ def starving_fixes(f: HostFacts) -> tuple[str, ...]:
             f"pin the trainer and its workers to CPUs {cpu_list(pin.job)}:"
             f" for p in {pids}; do taskset -a -cp {cpu_list(pin.job)} $p; done"
         )
-        movers = [c.pid for c in f.culprits[:5]]
+        movers = [c.pid for c in f.culprits[:RENICED]]
         if movers:
             line += (
                 f"; move the other work to CPUs {cpu_list(pin.rest)}: for p in"
@@ -219,6 +219,9 @@ def _limit_file_text(limit_file: str | None, cpus: int) -> str:
     return f"{v2} (v1: {v1})"
 
 
+# Processes a renice (or a move to other CPUs) names at most, worst first.
+RENICED = 5
+
 AUTOGROUP_FIX = (
     "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
     " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
@@ -231,14 +234,15 @@ PERSISTENT_FIX = (
 
 def _renice(culprits: Sequence[Culprit]) -> str:
     measured = [c for c in culprits if c.share_pct is not None]
-    pids = " ".join(str(c.pid) for c in culprits[:5])
+    # Every pid the command reniced is named in the text, with what it took.
+    pids = " ".join(str(c.pid) for c in culprits[:RENICED])
     if measured:
-        who = ", ".join(f"pid {c.pid} {c.comm} ({c.share_pct:.0f}%)" for c in measured[:3])
+        who = ", ".join(f"pid {c.pid} {c.comm} ({c.share_pct:.0f}%)" for c in measured[:RENICED])
         return (
             f"renice the processes that took the job's CPU time ({who} of the time it waited"
             f" for a CPU): renice -n 19 -p {pids}"
         )
-    who = ", ".join(f"pid {c.pid} {c.comm} {c.cpu_pct:.0f}% CPU" for c in culprits[:3])
+    who = ", ".join(f"pid {c.pid} {c.comm} {c.cpu_pct:.0f}% CPU" for c in culprits[:RENICED])
     return (
         f"renice the busiest other processes ({who}; inferred from CPU use): renice -n 19 -p {pids}"
     )

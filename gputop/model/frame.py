@@ -164,6 +164,8 @@ class Preemptor:
     comm: str
     share_pct: float
     """Share of the run-queue time lost to preemptions that this process caused, 0-100."""
+    kernel: bool = False
+    """A kernel thread (kworker, ksoftirqd, ...): said as such, never put into a fix."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -597,6 +597,7 @@ def _with_preemptors(
             pid=p.pid,
             comm=stats[p.pid].comm if p.pid in stats else "?",
             share_pct=round(100.0 * p.ns / total, 1),
+            kernel=p.pid in stats and stats[p.pid].kthread,
         )
         for p in got[:MAX_PREEMPTORS]
     )

@@ -159,8 +159,10 @@ class ProcessTable(ScrollView, can_focus=True):
         self._frame_rows = (frame.processes, frame.others)
         self._procs = self._rows_of(frame.processes, frame.others)
         self.since = view.preempt_since
-        self._io = self._io or io_waited(self._procs)
-        columns = table_columns(self._procs, self._io)
+        # Only the frame's rows can have a CPU limit, disk waits or a pod (the others tell
+        # their CPU share alone).
+        self._io = self._io or io_waited(frame.processes)
+        columns = table_columns(frame.processes, self._io)
         if columns != self._columns:
             # Every row and the header change shape.
             self._columns = columns
@@ -238,21 +240,21 @@ class ProcessTable(ScrollView, can_focus=True):
         by_key: dict[str, ProcessSample] = {}
         cells: dict[str, Row] = {}
         dirty: list[str] = []
+        prev_cells, prev_rows = self._cells, self._by_key
         for (p, prefix), key in zip(rows, new_keys, strict=True):
             by_key[key] = p
-            old = self._cells.get(key)
+            old = prev_cells.get(key)
             if (
                 old is not None
+                and prev_rows.get(key) is p
                 and p.sched_source == STAT_ONLY
-                and self._by_key.get(key) is p
                 and old[TREE][0] == prefix
             ):
                 # The same row object as last tick (an idle process): the same cells.
-                row = old
-            else:
-                row = self._cells_for(p, prefix)
-            cells[key] = row
-            if self._cells.get(key) != row:
+                cells[key] = old
+                continue
+            row = cells[key] = self._cells_for(p, prefix)
+            if old != row:
                 dirty.append(key)
         self._by_key, self._cells = by_key, cells
         old_order, old_cursor, old_top = self._order, self.cursor_row, self.scroll_offset.y

@@ -225,7 +225,7 @@ def arrange(
     holds each process's preemptions since gputop began watching (the PRE column).
     """
     col = column(sort_key)
-    shown = [p for p in procs if matches(p, needle)]
+    shown = [p for p in procs if matches(p, needle)] if needle else list(procs)
     sort = col.sort
     if sort_key == "pretotal" and since is not None:
         counts = since
@@ -266,7 +266,10 @@ def arrange(
             group = [first]
         for root in group:
             out.append((root, ""))
-            kids = order(children.get(root.pid, []))
+            kids = children.get(root.pid)
+            if not kids:
+                continue
+            kids = order(kids)
             for i, kid in enumerate(kids):
                 out.append((kid, "└─ " if i == len(kids) - 1 else "├─ "))
     return out
