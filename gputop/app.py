@@ -243,6 +243,9 @@ class GputopApp(App[int]):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
+        if self.config.warning is not None:
+            # Said on stderr too, but the screen covers it.
+            self.notify(self.config.warning, severity="warning", timeout=15, markup=False)
         self._fit(self.size.width, self.size.height)
         self.feed.start(self)
         if self.feed.live:
