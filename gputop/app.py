@@ -15,6 +15,7 @@ thread worker through a Textual-free module and comes back as a typed message.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from collections import deque
@@ -71,7 +72,7 @@ HISTORY_WINDOW_S = 600.0
 # What the help says of the drill-down's own keys (read from its BINDINGS).
 DRILL_DOWN_HELP = {
     "stack": "dump the Python stack again (py-spy dump)",
-    "app.kill": "kill this process (after confirmation)",
+    "kill": "kill this process (after confirmation)",
     "app.pop_screen": "back to the main screen",
 }
 FEED_CHECK_S = 5.0
@@ -95,6 +96,14 @@ MAIN_SCREEN_ACTIONS = frozenset(
 )
 
 
+def home_short(path: str) -> str:
+    """``~/...`` for a path under the home directory, as a shell reads it back."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        return "~" + path[len(home) :]
+    return path
+
+
 class GputopApp(App[int]):
     """The main screen: host header, verdict panel, GPUs, process table, status line."""
 
@@ -103,6 +112,8 @@ class GputopApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
+    /* As wide as the text, up to the screen: a snapshot's path was folded onto two lines. */
+    Toast { width: auto; max-width: 100%; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "help", "Help", id="help"),
@@ -379,6 +390,9 @@ class GputopApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_SCREEN_ACTIONS and self.screen is not self.screen_stack[0]:
             return False
+        if action == "kill" and not self.feed.live:
+            # A replay's processes are not on this machine: k is not offered (nor in the footer).
+            return False
         if action == "scrub":
             # Without a timeline, or while typing a filter, ← → are not for scrubbing.
             return bool(self.timeline) and not isinstance(self.focused, Input)
@@ -587,7 +601,7 @@ class GputopApp(App[int]):
 
     @on(SnapshotSaved)
     def _snapshot_saved(self, event: SnapshotSaved) -> None:
-        self.notify(f"snapshot saved: {event.path}", markup=False)
+        self.notify(f"snapshot saved: {home_short(event.path)}", markup=False)
 
     @on(SnapshotFailed)
     def _snapshot_failed(self, event: SnapshotFailed) -> None:

@@ -202,6 +202,12 @@ def storage_line(wk: WorkersSummary, host: HostAgg) -> str:
     return line
 
 
+def plural(n: float, what: str) -> str:
+    """``1 runnable task``, ``9 runnable tasks``: the count as evidence quotes it, and its noun."""
+    count = whole(n)
+    return f"{count} {what}{'' if count == '1' else 's'}"
+
+
 def whole(v: float) -> str:
     """A number rounded to a whole, as evidence quotes it."""
     return f"{v:.0f}"
@@ -225,7 +231,7 @@ def gpu_line(gpu: GpuAgg, secs: str) -> str:
 def host_line(host: HostAgg) -> str:
     """How loaded the host's CPUs are: runnable tasks, busy share, load, CPU pressure."""
     line = (
-        f"{whole(host.procs_running)} runnable tasks on {host.ncpu} CPUs;"
+        f"{plural(host.procs_running, 'runnable task')} on {host.ncpu} CPUs;"
         f" CPUs {whole(host.cpu_pct)}% busy; load {host.load1:.1f}"
     )
     if host.psi_cpu_some is not None:

@@ -256,6 +256,10 @@ class ProcessScreen(Screen[None]):
         # open, even after the process exits); closed, the app unpins it.
         self.app.post_message(ProcessClosed(self.key))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A replay's process is not on this machine: k is not offered.
+        return self.live or action != "kill"
+
     @property
     def _probe_live(self) -> bool:
         """The newest frame's scheduler numbers come from the eBPF probe."""
