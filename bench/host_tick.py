@@ -7,6 +7,7 @@ idle process should cost nothing: /proc is read only for processes that ran.
 
     python bench/host_tick.py                       # 100, 1,000, 5,000 processes; 20,000 threads
     python bench/host_tick.py --shapes 1000x1 --sampler-seconds 30
+    python bench/host_tick.py --list-all      # as the TUI samples: every process in the frame
 """
 
 from __future__ import annotations
@@ -92,10 +93,14 @@ def count_tasks() -> tuple[int, int]:
     return procs, threads
 
 
+LIST_ALL = False
+
+
 def time_ticks(ticks: int, probe: bool) -> list[float]:
     """Microseconds per sampler tick (the /proc host side and, with ``probe``, the probe's read)."""
     p = BpfSchedProbe() if probe else None
-    s = Sampler(gpu=NoGpuSource("bench"), procs=HostPass(), probe=p, interval_s=0.25)
+    procs = HostPass(list_all=LIST_ALL)
+    s = Sampler(gpu=NoGpuSource("bench"), procs=procs, probe=p, interval_s=0.25)
     s.open()
     if p is not None and not p.wait_attached(120):
         raise RuntimeError(f"probe did not attach: {p.status.reason}")
@@ -119,7 +124,7 @@ def time_ticks(ticks: int, probe: bool) -> list[float]:
 def sampler_cpu(seconds: float, probe: bool) -> float:
     s = Sampler(
         gpu=NoGpuSource("bench"),
-        procs=HostPass(),
+        procs=HostPass(list_all=LIST_ALL),
         probe=BpfSchedProbe() if probe else None,
         interval_s=1.0,
     )
@@ -141,7 +146,12 @@ def main() -> None:
     )
     ap.add_argument("--ticks", type=int, default=20)
     ap.add_argument("--sampler-seconds", type=float, default=0.0)
+    ap.add_argument(
+        "--list-all", action="store_true", help="every process in each frame, as the TUI samples"
+    )
     a = ap.parse_args()
+    global LIST_ALL
+    LIST_ALL = a.list_all
     root = os.geteuid() == 0
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; µs per tick, median")
     baseline = count_tasks()[0]

@@ -15,6 +15,7 @@ thread worker through a Textual-free module and comes back as a typed message.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from collections import deque
@@ -42,6 +43,7 @@ from gputop.messages import (
     ProcessSignalled,
     SnapshotFailed,
     SnapshotSaved,
+    VerdictToggled,
     ViewChanged,
 )
 from gputop.model.frame import Frame, ProcessSample, SourceStatus
@@ -62,6 +64,7 @@ from gputop.widgets.host_header import HostHeader, header_rows
 from gputop.widgets.key_footer import KeyFooter
 from gputop.widgets.process_table import ProcessTable
 from gputop.widgets.status_line import StatusLine
+from gputop.widgets.table_layout import STAT_ONLY
 from gputop.widgets.verdict_panel import VerdictPanel
 from gputop.widgets.wait_bars import TrainerWaitBars
 
@@ -69,10 +72,13 @@ HISTORY_WINDOW_S = 600.0
 # What the help says of the drill-down's own keys (read from its BINDINGS).
 DRILL_DOWN_HELP = {
     "stack": "dump the Python stack again (py-spy dump)",
-    "app.kill": "kill this process (after confirmation)",
+    "kill": "kill this process (after confirmation)",
     "app.pop_screen": "back to the main screen",
 }
 FEED_CHECK_S = 5.0
+# The process table's part of the rows it shares with the verdict panel (folded).
+TABLE_SHARE = 0.33
+TABLE_MIN_ROWS = 6
 # Actions on the process table: off while a drill-down or dialog is on top.
 MAIN_SCREEN_ACTIONS = frozenset(
     {
@@ -82,11 +88,20 @@ MAIN_SCREEN_ACTIONS = frozenset(
         "sort_step",
         "invert",
         "tree",
+        "everyone",
         "clear_filter",
         "scrub",
         "kill",
     }
 )
+
+
+def home_short(path: str) -> str:
+    """``~/...`` for a path under the home directory, as a shell reads it back."""
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        return "~" + path[len(home) :]
+    return path
 
 
 class GputopApp(App[int]):
@@ -97,6 +112,8 @@ class GputopApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     CSS = """
     Screen { layout: vertical; }
+    /* As wide as the text, up to the screen: a snapshot's path was folded onto two lines. */
+    Toast { width: auto; max-width: 100%; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "help", "Help", id="help"),
@@ -108,6 +125,7 @@ class GputopApp(App[int]):
         Binding("greater_than_sign", "sort_step(1)", "Sort col →", show=False, id="sort_next"),
         Binding("I", "invert", "Invert sort", show=False, id="invert"),
         Binding("t", "tree", "Tree", id="tree"),
+        Binding("a", "everyone", "All/jobs", show=False, id="all"),
         Binding("p", "pause", "Pause", id="pause"),
         Binding("s", "snapshot", "Snap", id="snapshot"),
         Binding("k", "kill", "Kill", id="kill"),
@@ -133,10 +151,11 @@ class GputopApp(App[int]):
         "sort_next": "sort by the column to the right",
         "invert": "invert the sort order",
         "tree": "DataLoader workers under their trainer on/off",
+        "all": "every process (the default) or the jobs and the busiest only",
         "pause": "freeze the display (sampling continues)",
         "snapshot": "write a snapshot bundle with a screenshot",
         "kill": "send SIGTERM or SIGKILL after confirmation (not with --readonly)",
-        "verdict": "expand the verdict panel to every evidence line and fix, or fold it",
+        "verdict": "expand the verdict panel (arrows, PgUp/PgDn, wheel scroll it; Esc folds)",
         "copy_fixes": "copy the verdict's fixes to the clipboard (OSC 52; also selectable)",
         "gpu_mode": "GPU panels or one line per GPU (chosen by size until pressed)",
         "quit": "quit",
@@ -235,6 +254,9 @@ class GputopApp(App[int]):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
+        if self.config.warning is not None:
+            # Said on stderr too, but the screen covers it.
+            self.notify(self.config.warning, severity="warning", timeout=15, markup=False)
         self._fit(self.size.width, self.size.height)
         self.feed.start(self)
         if self.feed.live:
@@ -259,11 +281,27 @@ class GputopApp(App[int]):
         self._fit(event.size.width, event.size.height)
 
     def _fit(self, width: int, height: int) -> None:
-        """Share the rows out: header, verdict and GPUs get a budget, the table the rest."""
+        """Share the rows out: header and GPUs get a budget, the verdict and the table the rest."""
         self.query_one(HostHeader).fit(header_rows(width, height))
-        folded = 3 if height < 24 else 4 if height < 30 else 5 if height < 50 else 8
-        self.query_one(VerdictPanel).fit(folded, max(folded, height - 8))
         self.query_one(GpuArea).fit(width, max(2, int(height * 0.3)))
+        self._fit_verdict(height)
+
+    def _fit_verdict(self, height: int | None = None) -> None:
+        """The verdict's lines: what the table and the panel share, less the table's part.
+
+        The table takes the rows the other panels leave (1fr): the panel gets all of them
+        but the table's share (``TABLE_SHARE``, at least ``TABLE_MIN_ROWS``) folded, and all
+        but the table's header expanded. The filter and search bars are not counted: while
+        one is open the table gives up a row, and the verdict does not move.
+        """
+        header = max(1, len(self.query_one(HostHeader).lines))
+        waits = self.query_one(TrainerWaitBars)
+        bars = len(waits.lines) if waits.display else 0
+        # The header, the GPUs, the time bars, the status line and the footer.
+        others = header + self.query_one(GpuArea).rows + bars + 2
+        shared = max(2, (height or self.size.height) - others)
+        folded = max(1, shared - max(TABLE_MIN_ROWS, round(shared * TABLE_SHARE)))
+        self.query_one(VerdictPanel).fit(folded, max(folded, shared - 1))
 
     @property
     def table(self) -> ProcessTable:
@@ -327,6 +365,8 @@ class GputopApp(App[int]):
             self.query_one(StatusLine),
         ):
             widget.show(view)
+        # A new GPU or trainer changes the rows the verdict and the table share.
+        self._fit_verdict()
         for screen in self.screen_stack:
             if isinstance(screen, ProcessScreen):
                 screen.show(view)
@@ -349,6 +389,9 @@ class GputopApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_SCREEN_ACTIONS and self.screen is not self.screen_stack[0]:
+            return False
+        if action == "kill" and not self.feed.live:
+            # A replay's processes are not on this machine: k is not offered (nor in the footer).
             return False
         if action == "scrub":
             # Without a timeline, or while typing a filter, ← → are not for scrubbing.
@@ -377,6 +420,14 @@ class GputopApp(App[int]):
 
     def action_verdict(self) -> None:
         self.query_one(VerdictPanel).toggle()
+
+    @on(VerdictToggled)
+    def _verdict_toggled(self, event: VerdictToggled) -> None:
+        # Expanded, the keys scroll the verdict; folded, they move the table again.
+        if event.expanded:
+            self.query_one(VerdictPanel).focus()
+        elif self.focused is self.query_one(VerdictPanel):
+            self.table.focus()
 
     def action_copy_fixes(self) -> None:
         fixes = self.query_one(VerdictPanel).fixes()
@@ -460,6 +511,9 @@ class GputopApp(App[int]):
     def action_tree(self) -> None:
         self.table.tree_mode = not self.table.tree_mode
 
+    def action_everyone(self) -> None:
+        self.table.everyone = not self.table.everyone
+
     @on(ViewChanged)
     def _view_changed(self, event: ViewChanged) -> None:
         self.query_one(StatusLine).view = event.view
@@ -479,6 +533,14 @@ class GputopApp(App[int]):
 
     @on(ProcessOpened)
     def _open_process(self, event: ProcessOpened) -> None:
+        if event.process.sched_source == STAT_ONLY:
+            p = event.process
+            self.notify(
+                f"pid {p.pid}: only its CPU share is read (it is neither a job process nor"
+                " among the busiest); its drill-down opens once it is",
+                markup=False,
+            )
+            return
         # Pinned while its drill-down is open: if the process exits, its charts stay.
         self.history.pin(event.process.key)
         self.push_screen(ProcessScreen(event.process.key, self.view, self.feed.live))
@@ -539,7 +601,7 @@ class GputopApp(App[int]):
 
     @on(SnapshotSaved)
     def _snapshot_saved(self, event: SnapshotSaved) -> None:
-        self.notify(f"snapshot saved: {event.path}", markup=False)
+        self.notify(f"snapshot saved: {home_short(event.path)}", markup=False)
 
     @on(SnapshotFailed)
     def _snapshot_failed(self, event: SnapshotFailed) -> None:

@@ -232,6 +232,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from gputop.config import load_config
 
     config = load_config()
+    if config.warning is not None:
+        print(f"{PROG}: warning: {config.warning}", file=sys.stderr)
     opts = options_from(args, config)
     if args.command == "record":
         with signals.deferred():

@@ -16,8 +16,9 @@ Example::
     [gpu_price]                    # USD per GPU-hour by model (part of NVML's name);
     "H100" = 3.50                  # --gpu-price sets one for every GPU instead
 
-A missing file is an empty config; a bad one is a one-line UsageError. The command
-line reads it once (``cli._dispatch``) and hands it to whichever command runs.
+A missing file is an empty config, and so is one that cannot be read (with a warning: a
+home the user may not read is no reason to stop); a malformed one is a one-line UsageError.
+The command line reads it once (``cli._dispatch``) and hands it to whichever command runs.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Config:
     gpu_price: dict[str, float] = field(default_factory=dict)
     """USD per GPU-hour by GPU model (a case-insensitive part of NVML's name)."""
     path: str | None = None
+    warning: str | None = None
+    """Why the file could not be read (the defaults are used): said, not a stop."""
 
 
 def config_path() -> Path:
@@ -66,7 +69,9 @@ def load_config(path: Path | None = None) -> Config:
     except FileNotFoundError:
         return Config()
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        # A home the user may not read (sudo -u, a service account), a path through a file:
+        # nothing was configured that could be read, so the defaults hold, and gputop says so.
+        return Config(warning=f"cannot read {path}: {exc.strerror}; using the default settings")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -120,10 +120,23 @@ def check_bpf_loader(plan: LoaderPlan | Unavailable | None = None) -> Check:
     )
 
 
-def check_throttle_state(plan: LoaderPlan | Unavailable | None = None) -> Check:
-    """Whether the probe can tell run-queue time held back by a cgroup CPU limit (measured)."""
+def check_throttle_state(
+    plan: LoaderPlan | Unavailable | None = None, probe_runs: bool = True
+) -> Check:
+    """Whether the probe can tell run-queue time held back by a cgroup CPU limit (measured).
+
+    ``probe_runs``: the probe can run here (its own row passed); where it cannot, nothing
+    is measured at a switch-out, whatever the loader and the kernel could do.
+    """
     plan = plan_loader() if plan is None else plan
     name = "CPU-limit throttling"
+    if not probe_runs:
+        return Check(
+            name,
+            True,
+            "inferred from each job cgroup's cpu.stat: the eBPF probe does not run here"
+            " (its row says why)",
+        )
     lib = find_libbpf()[0] if isinstance(plan, LoaderPlan) and plan.loader == "libbpf" else None
     field = throttle_field(lib) if lib is not None else None
     if field is not None:
@@ -405,8 +418,6 @@ def run_checks(try_probe: bool = True) -> list[Check]:
     """Every check, against this machine; the probe is compiled only when it can work."""
     plan = plan_loader()
     ebpf = [check_privileges(), check_bpf_loader(plan)]
-    if isinstance(plan, LoaderPlan):
-        ebpf.append(check_throttle_state(plan))
     if not (isinstance(plan, LoaderPlan) and plan.loader == "libbpf"):
         # bcc compiles the probe here (or would): what it needs, row by row. (libbpf
         # attaches raw tracepoints by name: it needs neither tracefs nor headers.)
@@ -421,6 +432,9 @@ def run_checks(try_probe: bool = True) -> list[Check]:
             probe = Check("eBPF probe", False, f"not tried: {pre.reason}", pre.fix)
         else:
             probe = check_ebpf_probe()
+    if isinstance(plan, LoaderPlan):
+        # After the loader's row; measured only where the probe itself runs.
+        ebpf.insert(2, check_throttle_state(plan, probe_runs=probe.ok))
     return [
         *check_nvml(),
         *ebpf,

@@ -28,12 +28,14 @@ class FrameArrived(Message):
 
 @dataclass(frozen=True)
 class TableView:
-    """How the process table arranges its rows: sort column and direction, tree, filter."""
+    """How the process table arranges its rows: sort column and direction, tree, filter, and
+    whether it lists every process or the jobs and the busiest only."""
 
     sort_key: str = "cpu"
     reverse: bool = True
     tree: bool = True
     needle: str = ""
+    everyone: bool = True
 
 
 @dataclass
@@ -55,6 +57,13 @@ class ProcessClosed(Message):
     """ProcessScreen → app: the drill-down of this process is closed; unpin it."""
 
     key: tuple[int, int]
+
+
+@dataclass
+class VerdictToggled(Message):
+    """VerdictPanel → app: the panel was expanded (keys scroll it now) or folded back."""
+
+    expanded: bool
 
 
 class FilterCancelled(Message):

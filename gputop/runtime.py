@@ -28,6 +28,8 @@ class Options:
     dcgm_url: str | None = None
     # What a GPU-hour costs (--gpu-price, config.toml's [gpu_price]); none built in.
     gpu_prices: GpuPrices = field(default_factory=GpuPrices)
+    # Every process on the host in each frame's ``others`` (the TUI lists them all).
+    list_all: bool = False
 
 
 def gpu_source(opts: Options) -> GpuSource:
@@ -79,7 +81,7 @@ def build_sampler(opts: Options) -> Sampler:
     return Sampler(
         gpu=gpu,
         # The /proc source with each process's container and pod identity.
-        procs=HostPass(ContainerTagger(), top_n=opts.top_n),
+        procs=HostPass(ContainerTagger(), top_n=opts.top_n, list_all=opts.list_all),
         probe=probe,
         diagnoser=Diagnoser(opts.thresholds),
         interval_s=opts.interval_s,

@@ -46,10 +46,14 @@ class HostPass:
     this is where they meet.
     """
 
-    def __init__(self, procs: ProcSource | None = None, top_n: int = 30) -> None:
+    def __init__(
+        self, procs: ProcSource | None = None, top_n: int = 30, list_all: bool = False
+    ) -> None:
         self.procs = procs or ProcSource()
         self.join = HostJoin(top_n=top_n)
         self.intervals = SchedIntervals()
+        # Every other process too (``HostJoin.others``): for the TUI, which lists them all.
+        self.list_all = list_all
 
     def read(
         self,
@@ -80,7 +84,8 @@ class HostPass:
         choice = self.join.choose(scan, now, {*gpu_pids, *gpu_of}, self.procs.cmdline)
         details = self.procs.details(choice.detail, scan)
         joined = self.join.join(scan, choice, details, gpu_of, probe)
-        return replace(joined, from_probe=probe is not None)
+        others = self.join.others(scan, choice, self.procs.identity) if self.list_all else ()
+        return replace(joined, from_probe=probe is not None, others=others)
 
 
 class Diagnoser(Protocol):
@@ -215,6 +220,7 @@ class Sampler:
             host=host.host,
             gpus=gpu_reading.gpus,
             processes=host.processes,
+            others=host.others,
             seq=self._seq,
             sampler_cpu_pct=self._own_cpu(),
         )

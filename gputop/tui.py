@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from gputop.app import GputopApp
@@ -23,15 +24,18 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     feed: Feed
     if getattr(args, "replay", None):
         feed = replay_feed(args.replay)
+    else:
+        from gputop.runtime import build_sampler
+
+        # Built (nothing opened, nothing started) before the terminal is asked for, so a bad
+        # --demo is told as such, terminal or not. The table lists every process (as htop
+        # does), so a filter finds any of them.
+        feed = SamplerFeed(build_sampler(dataclasses.replace(opts, list_all=True)))
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError(
             "the TUI needs a terminal; without one use `gputop record` (JSON frames) "
             "or `gputop export` (Prometheus)"
         )
-    if not getattr(args, "replay", None):
-        from gputop.runtime import build_sampler
-
-        feed = SamplerFeed(build_sampler(opts))
     app: GputopApp | None = None
 
     def stop(status: int) -> None:

@@ -65,6 +65,9 @@ class Terminal:
         self.app = app
         width, height = app.size
         self.grid = [[" "] * width for _ in range(height)]
+        # Control characters written inside text: a real terminal would act on them (a
+        # newline moves the cursor to the next row), so what it shows would differ.
+        self.controls: list[str] = []
         original = app._display
 
         def display(screen: Screen[object], renderable: RenderableType | None) -> None:
@@ -86,6 +89,7 @@ class Terminal:
                 continue
             if segment.text == "\n":
                 continue
+            self.controls += [ch for ch in segment.text if ch < " " or "\x7f" <= ch < "\xa0"]
             for ch in segment.text:
                 if 0 <= y < len(self.grid) and 0 <= x < len(self.grid[y]):
                     self.grid[y][x] = ch

@@ -22,8 +22,8 @@ from gputop.model.frame import Preemptor, VerdictState
 from gputop.model.hostside import HostSide, gputop_pids, job_pids, measured_culprits
 from gputop.model.job import Job, job_preemptors
 from gputop.model.thresholds import Thresholds
-from gputop.model.window import HostAgg, LimitAgg
-from gputop.model.wording import host_line, others_line, pct, whole
+from gputop.model.window import HostAgg, LimitAgg, runq_weight
+from gputop.model.wording import host_line, others_line, pct, who_took, whole
 
 # Under /proc alone: other processes using this much CPU (% of one) stand in for culprits.
 INFERRED_CULPRIT_CPU_PCT = 10.0
@@ -42,7 +42,10 @@ class CpuLimit:
     counters: LimitAgg | None = None
     """The limit's ``cpu.stat`` over the window; None where not read."""
     throttled_pct: float | None = None
-    """Mean share of the time the job's processes under it were held back by it."""
+    """Share of the time it held the trainer back (its THR%; the most held back trainer
+    where several are under it)."""
+    workers_throttled: tuple[float, float] | None = None
+    """The least and the most its DataLoader workers were held back (their THR%)."""
     throttled_source: str | None = None
     """"bpf" (measured at each switch-out) or "cpu.stat" (inferred)."""
 
@@ -62,12 +65,17 @@ def job_limit(job: Job) -> CpuLimit | None:
     # Thread rows carry no limit of their own: their CPU is their process's already.
     under = [p for p in (*job.trainers, *job.dataloaders) if p.cpu_quota == quota]
     told = [p for p in under if p.cpu_throttled_pct is not None]
+    # Each process's own share, as its THR% shows it: the trainer's and its workers' apart
+    # (a mean over both would read far below the trainer's, which is what holds the GPU).
+    trainer_thr = [p.cpu_throttled_pct or 0.0 for p in told if p.role != "dataloader"]
+    worker_thr = [p.cpu_throttled_pct or 0.0 for p in told if p.role == "dataloader"]
     return CpuLimit(
         quota_cpus=quota,
         used_cpus=sum(p.cpu_pct for p in under) / 100.0,
         workers=sum(1 for p in under if p.role == "dataloader"),
         counters=tightest.limit,
-        throttled_pct=sum(p.cpu_throttled_pct or 0.0 for p in told) / len(told) if told else None,
+        throttled_pct=max(trainer_thr) if trainer_thr else None,
+        workers_throttled=(min(worker_thr), max(worker_thr)) if worker_thr else None,
         throttled_source=next((p.cpu_throttled_source for p in told), None),
     )
 
@@ -121,6 +129,9 @@ def host_facts(job: Job, host: HostAgg, t: Thresholds) -> HostFacts:
         n_workers=len(job.dataloaders),
         job_cpus=tuple(sorted(allowed)) or None,
         job_quota_cpus=None if limit is None else limit.quota_cpus,
+        job_limit_file=None
+        if limit is None or limit.counters is None
+        else limit.counters.limit_file,
         per_cpu_pct=host.per_cpu_pct if len(host.per_cpu_pct) == len(online) else (),
         others_cpu_pct=sum(p.cpu_pct for p in job.others),
         culprits=culprits(job, t),
@@ -185,23 +196,28 @@ def _limit_line(limit: CpuLimit, secs: str) -> str:
             if limit.throttled_source == "bpf"
             else "inferred from cpu.stat and their run-queue time"
         )
-        line += f" and were held back by it {whole(limit.throttled_pct)}% of their time ({how})"
+        line += f"; it held the trainer back {whole(limit.throttled_pct)}% of its time"
+        if limit.workers_throttled is not None:
+            lo, hi = (whole(x) for x in limit.workers_throttled)
+            held = f"{lo}%" if lo == hi else f"{lo}-{hi}%"
+            line += f" and its {'workers' if limit.workers != 1 else 'worker'} {held}"
+        line += f" ({how})"
     return line
 
 
 def _lost_time_line(job: Job, shares: tuple[Preemptor, ...], t: Thresholds) -> str:
-    """Who took the job's run-queue time (measured): the processes above the floor, and gputop."""
-    own = gputop_pids(job)
-    named = measured_culprits(job, t.culprit_share_pct) or ()
-    gputop = sum(p.share_pct for p in shares if p.pid in own)
-    itself = f"; gputop itself {whole(gputop)}%" if round(gputop) >= 1 else ""
+    """Who took the job's run-queue time (measured): the processes above the floor by name,
+    the rest by kind (``who_took``: the job itself, its CPU limit, kernel threads, gputop)."""
+    named = {p.pid for p in measured_culprits(job, t.culprit_share_pct) or ()}
+    procs = (*job.trainers, *job.dataloaders)
+    # The part its CPU limit held back, of all the job's processes' run-queue time.
+    runq = sum(runq_weight(p.runq_pct, p.runq_threads_pct) for p in procs)
+    held = sum(p.cpu_throttled_pct or 0.0 for p in procs)
+    limit = 100.0 * held / runq if runq > 0 else 0.0
+    took = who_took(shares, named, job_pids(job), gputop_pids(job), limit)
     if not named:
         return (
             f"no process outside the job took {whole(t.culprit_share_pct)}% or more of the time"
-            f" its threads waited for a CPU (measured{itself})"
+            f" its threads waited for a CPU (measured{': ' + took if took else ''})"
         )
-    took = ", ".join(f"pid {p.pid} {p.comm} {whole(p.share_pct)}%" for p in named[:3])
-    return (
-        f"of the time the job's threads waited for a CPU, other processes took: {took}"
-        f" (measured{itself})"
-    )
+    return f"of the time the job's threads waited for a CPU: {took} (measured)"

@@ -46,6 +46,9 @@ class HostFacts:
     """CPUs the job may run on (its affinity); None: all online CPUs."""
     job_quota_cpus: float | None = None
     """CPUs' worth of time the job's cgroup allows (cpu.max); None: no limit."""
+    job_limit_file: str | None = None
+    """The file that sets the limit: ``cpu.max`` (v2) or ``cpu.cfs_quota_us`` (v1); None: not
+    known (both are named)."""
     per_cpu_pct: tuple[float, ...] = ()
     """Busy % of each online CPU, in ``cpus_online`` order; empty when unknown."""
     others_cpu_pct: float = 0.0
@@ -131,7 +134,7 @@ def starving_fixes(f: HostFacts) -> tuple[str, ...]:
             f"pin the trainer and its workers to CPUs {cpu_list(pin.job)}:"
             f" for p in {pids}; do taskset -a -cp {cpu_list(pin.job)} $p; done"
         )
-        movers = [c.pid for c in f.culprits[:5]]
+        movers = [c.pid for c in f.culprits[:RENICED]]
         if movers:
             line += (
                 f"; move the other work to CPUs {cpu_list(pin.rest)}: for p in"
@@ -189,8 +192,7 @@ def limit_fixes(f: HostFacts) -> tuple[str, ...]:
         f" it; the trainer and its {workers} need {need} (one each), so give it {target}:"
         f" `systemctl set-property UNIT CPUQuota={target * 100}%`, the container's"
         f" `--cpus {target}`, the pod's `resources.limits.cpu: \"{target}\"`, or the cgroup's"
-        f' `cpu.max` "{target * 100000} 100000" (v1: `cpu.cfs_quota_us` {target * 100000} with'
-        " `cpu.cfs_period_us` 100000)",
+        f" {_limit_file_text(f.job_limit_file, target)}",
         "size num_workers to the limit: one CPU for the trainer and one per worker"
         f" (at {target} CPUs num_workers={max(0, target - f.n_trainers)}; at the {quota:g}"
         f" it has now num_workers={max(0, math.floor(quota) - f.n_trainers)}: more workers"
@@ -206,6 +208,20 @@ def limit_fixes(f: HostFacts) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _limit_file_text(limit_file: str | None, cpus: int) -> str:
+    """How to write ``cpus`` into the file that sets this job's limit (both where unknown)."""
+    v2 = f'`cpu.max` "{cpus * 100000} 100000"'
+    v1 = f"`cpu.cfs_quota_us` {cpus * 100000} with `cpu.cfs_period_us` 100000"
+    if limit_file == "cpu.max":
+        return v2
+    if limit_file == "cpu.cfs_quota_us":
+        return v1
+    return f"{v2} (v1: {v1})"
+
+
+# Processes a renice (or a move to other CPUs) names at most, worst first.
+RENICED = 5
+
 AUTOGROUP_FIX = (
     "where the kernel groups tasks by session (autogroup), nice only ranks tasks inside"
     " one session: also `echo 19 > /proc/PID/autogroup`, or run background jobs with"
@@ -218,14 +234,15 @@ PERSISTENT_FIX = (
 
 def _renice(culprits: Sequence[Culprit]) -> str:
     measured = [c for c in culprits if c.share_pct is not None]
-    pids = " ".join(str(c.pid) for c in culprits[:5])
+    # Every pid the command reniced is named in the text, with what it took.
+    pids = " ".join(str(c.pid) for c in culprits[:RENICED])
     if measured:
-        who = ", ".join(f"pid {c.pid} {c.comm} ({c.share_pct:.0f}%)" for c in measured[:3])
+        who = ", ".join(f"pid {c.pid} {c.comm} ({c.share_pct:.0f}%)" for c in measured[:RENICED])
         return (
             f"renice the processes that took the job's CPU time ({who} of the time it waited"
             f" for a CPU): renice -n 19 -p {pids}"
         )
-    who = ", ".join(f"pid {c.pid} {c.comm} {c.cpu_pct:.0f}% CPU" for c in culprits[:3])
+    who = ", ".join(f"pid {c.pid} {c.comm} {c.cpu_pct:.0f}% CPU" for c in culprits[:RENICED])
     return (
         f"renice the busiest other processes ({who}; inferred from CPU use): renice -n 19 -p {pids}"
     )

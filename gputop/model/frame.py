@@ -164,6 +164,8 @@ class Preemptor:
     comm: str
     share_pct: float
     """Share of the run-queue time lost to preemptions that this process caused, 0-100."""
+    kernel: bool = False
+    """A kernel thread (kworker, ksoftirqd, ...): said as such, never put into a fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +242,8 @@ class ProcessSample:
     preemptors: tuple[Preemptor, ...] | None = None
     # Blocked with no known waker yet (still asleep at the end of the interval); eBPF only.
     wait_pending_pct: float | None = None
-    # Where this row's scheduler numbers came from: "bpf" or "procfs" (None: not recorded).
+    # Where this row's scheduler numbers came from: "bpf" or "procfs" (None: not recorded);
+    # "stat" for ``Frame.others``: its stat line only (no scheduler numbers were read).
     sched_source: str | None = None
     # Running totals of the main thread's blocked time by waker, ms (eBPF only): a
     # window's exact split is the difference between its two edge frames.
@@ -380,6 +383,10 @@ class Frame:
     verdicts: tuple[Verdict, ...] = ()
     seq: int = 0
     sampler_cpu_pct: float | None = None
+    others: tuple[ProcessSample, ...] = field(default=(), compare=False)
+    """Every other process on the host, for the TUI's list (``sched_source`` "stat": only
+    its stat line, owner and command line are read, so its CPU share is all it tells);
+    read only where the sampler was asked to (the TUI), and never written out."""
 
     def to_dict(self, *, threads: bool = False) -> dict[str, Any]:
         """The JSON object of CONTRACT.md section 2 (plus documented extras)."""

@@ -115,6 +115,8 @@ class HostJoin:
         self._thread_trainers: set[tuple[int, int]] = set()
         self._moved_to_input_ns: dict[tuple[int, int], int] = {}
         self._workers: set[int] = set()
+        # The last row made for each process outside the chosen rows (``others``).
+        self._others: dict[int, ProcessSample] = {}
 
     # ---- 1. roles and rows --------------------------------------------------
 
@@ -194,6 +196,57 @@ class HostJoin:
                 del self._trainers[key]
             elif pid not in roles:
                 roles[pid] = ("trainer", pid)
+
+    def others(
+        self,
+        scan: ProcScan,
+        choice: RowChoice,
+        identity: Callable[[int, int], tuple[str, str]],
+    ) -> tuple[ProcessSample, ...]:
+        """Every process outside the chosen rows (kernel threads aside), for the TUI's list.
+
+        What the scan read of it, its stat line, and its command line and owner
+        (``identity``: read once in the process's life): its CPU share is all it tells
+        (``sched_source`` "stat"; its threads and switches are not read). A process whose
+        stat line says what it said last tick keeps last tick's row, the same object, so
+        a host of idle processes costs a comparison each.
+        """
+        last = self._others
+        rows: dict[int, ProcessSample] = {}
+        for pid, st in scan.procs.items():
+            if st.kthread or pid in choice.detail:
+                continue
+            row = last.get(pid)
+            if (
+                row is None
+                or row.start_time != st.start
+                or row.cpu_pct != st.cpu_pct
+                or row.comm != st.comm
+                or row.ppid != st.ppid
+                or row.nthreads != st.nthreads
+            ):
+                cmdline, user = identity(pid, st.start)
+                row = ProcessSample(
+                    pid=pid,
+                    ppid=st.ppid,
+                    comm=st.comm,
+                    cmdline=cmdline,
+                    role="other",
+                    trainer_pid=None,
+                    cpu_pct=st.cpu_pct,
+                    offcpu_pct=None,
+                    runq_pct=None,
+                    preempt_per_s=0.0,
+                    preempt_total=0,
+                    vcsw_per_s=0.0,
+                    start_time=st.start,
+                    user=user,
+                    nthreads=st.nthreads,
+                    sched_source="stat",
+                )
+            rows[pid] = row
+        self._others = rows
+        return tuple(rows.values())
 
     # ---- 2. the rows ----------------------------------------------------------
 
@@ -544,6 +597,7 @@ def _with_preemptors(
             pid=p.pid,
             comm=stats[p.pid].comm if p.pid in stats else "?",
             share_pct=round(100.0 * p.ns / total, 1),
+            kernel=p.pid in stats and stats[p.pid].kthread,
         )
         for p in got[:MAX_PREEMPTORS]
     )

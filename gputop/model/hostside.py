@@ -14,7 +14,7 @@ from gputop.model.frame import Preemptor
 from gputop.model.job import Job, WorkersSummary, job_preemptors, workers_summary
 from gputop.model.thresholds import Thresholds
 from gputop.model.window import HostAgg, ProcAgg
-from gputop.model.wording import preemptor_text, trainer_line, workers_line
+from gputop.model.wording import limit_part, pct, trainer_line, who_took, workers_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +55,13 @@ def gputop_pids(job: Job) -> set[int]:
 
 def measured_culprits(job: Job, floor: float) -> tuple[Preemptor, ...] | None:
     """Processes outside the job that took at least ``floor`` % of its run-queue time, worst
-    first; never gputop. None where who took it was not measured (no eBPF)."""
+    first; never gputop, never a kernel thread. None where who took it was not measured."""
     shares = job_preemptors(job)
     if shares is None:
         return None
     quiet = job_pids(job) | gputop_pids(job)
-    return tuple(p for p in shares if p.pid not in quiet and p.share_pct >= floor)
+    # A kernel thread (softirqs, kworkers) is the kernel's own work: said, never reniced.
+    return tuple(p for p in shares if p.pid not in quiet and not p.kernel and p.share_pct >= floor)
 
 
 def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
@@ -99,13 +100,17 @@ def host_side(job: Job, host: HostAgg, t: Thresholds, secs: str) -> HostSide:
             and (tr.blocked_pct or 0.0) >= t.trainer_wait_pct
             and (wk.cpu_pct >= t.worker_busy_pct or workers_starved)
         )
-    # Only the job's culprits are named, with their share of each process's wait.
+    # Only the job's culprits are named, with their share of each process's wait; the rest
+    # of it is said by kind (``who_took``), so every wait quoted is explained.
     culprits = {p.pid for p in measured_culprits(job, t.culprit_share_pct) or ()}
+    mine, gputop = job_pids(job), gputop_pids(job)
     lines = [trainer_line(tr, secs, builds_own=not job.dataloaders)]
     if wk is not None:
-        lines.append(workers_line(wk, culprits))
-    if tr.preemptors:
-        behind = preemptor_text(tr.preemptors, culprits)
-        if behind:
-            lines.append(f"the trainer's wait for a CPU: {behind}")
+        lines.append(workers_line(wk, culprits, mine, gputop))
+    if tr.preemptors is not None and round(tr.runq_pct or 0.0) >= 1:
+        took = who_took(
+            tr.preemptors, culprits, mine, gputop, limit_part(tr.cpu_throttled_pct, tr.runq_pct)
+        )
+        if took:
+            lines.append(f"who took the trainer's wait for a CPU ({pct(tr.runq_pct)}): {took}")
     return HostSide(starved, inp, measured, tr, wk, tuple(lines), not job.dataloaders)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gputop.model.frame import OpenStorage, Preemptor
-from gputop.model.window import ProcAgg, mean, merge_preemptors, runq_weight
+from gputop.model.window import WHO_TOOK_KEPT, ProcAgg, mean, merge_preemptors, runq_weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,9 @@ class WorkersSummary:
     """Mean CPU use of one worker, % of one CPU."""
     preemptors: tuple[Preemptor, ...] | None
     """Who took the CPU from them, weighted by each worker's run-queue time; None: not measured."""
+    throttled_pct: float | None = None
+    """Mean share of the time a worker was held back by its cgroup's CPU limit (part of
+    ``runq_pct``); None where no limit applies or it could not be told."""
     io_wait_pct: float | None = None
     """Mean share of the time a worker was in uninterruptible sleep (mostly disk reads);
     None: not measured (no eBPF)."""
@@ -86,8 +89,10 @@ def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
         preempt_per_s=sum(w.preempt_per_s for w in procs),
         cpu_pct=sum(w.cpu_pct for w in procs) / len(procs),
         preemptors=merge_preemptors(
-            (runq_weight(w.runq_pct, w.runq_threads_pct), w.preemptors) for w in procs
+            ((runq_weight(w.runq_pct, w.runq_threads_pct), w.preemptors) for w in procs),
+            top=WHO_TOOK_KEPT,
         ),
+        throttled_pct=mean(w.cpu_throttled_pct for w in procs),
         io_wait_pct=mean(w.io_wait_pct for w in procs),
         storage=_storage_of(procs),
     )
@@ -113,5 +118,5 @@ def job_preemptors(job: Job) -> tuple[Preemptor, ...] | None:
             (runq_weight(p.runq_pct, p.runq_threads_pct), p.preemptors)
             for p in (*job.trainers, *job.dataloaders)
         ),
-        top=10,
+        top=WHO_TOOK_KEPT,
     )

@@ -281,6 +281,8 @@ class HostReading:
     pipeline: Pipeline = field(default_factory=lambda: Pipeline())
     # The probe's interval went into the rows (the frame's scheduler source is "bpf").
     from_probe: bool = False
+    # Every other process (the TUI's list; empty where not asked for): ``Frame.others``.
+    others: tuple[ProcessSample, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from gputop.model.frame import Frame, ProcessSample, Verdict, VerdictState
 from gputop.model.history import History, ProcKey, Tick
 from gputop.model.jobcpus import Job, job_cpus, job_throttled
 from gputop.model.ledger import GpuLoss, GpuPrices, gpu_loss
+from gputop.model.verdict_groups import VerdictGroup, gpu_label, group_verdicts
 from gputop.model.waits import SPLIT_FIELDS, Segment, WaitSplit, split_of, wait_split
 
 __all__ = [
@@ -25,7 +26,10 @@ __all__ = [
     "Job",
     "ScreenView",
     "Segment",
+    "VerdictGroup",
     "WaitSplit",
+    "gpu_label",
+    "group_verdicts",
     "screen_view",
     "tick_state",
     "worst",

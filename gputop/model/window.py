@@ -71,6 +71,11 @@ def runq_weight(runq_pct: float | None, runq_threads_pct: float | None) -> float
     return runq_pct or 0.0
 
 
+# Preemptors a window's aggregate keeps (each frame records a process's top 5; over a
+# window others rotate in): enough that the evidence can say who took nearly all of a wait.
+WHO_TOOK_KEPT = 10
+
+
 def merge_preemptors(
     weighted: Iterable[tuple[float, tuple[Preemptor, ...] | None]], top: int = 5
 ) -> tuple[Preemptor, ...] | None:
@@ -80,6 +85,7 @@ def merge_preemptors(
     """
     acc: dict[int, float] = {}
     comm: dict[int, str] = {}
+    kernel: dict[int, bool] = {}
     total = 0.0
     measured = False
     for weight, ps in weighted:
@@ -91,12 +97,15 @@ def merge_preemptors(
         for p in ps:
             acc[p.pid] = acc.get(p.pid, 0.0) + w * p.share_pct / 100.0
             comm[p.pid] = p.comm
+            kernel[p.pid] = p.kernel
     if not measured:
         return None
     if total <= 0:
         return ()
     ranked = sorted(acc, key=lambda pid: -acc[pid])[:top]
-    return tuple(Preemptor(pid, comm[pid], round(100.0 * acc[pid] / total, 1)) for pid in ranked)
+    return tuple(
+        Preemptor(pid, comm[pid], round(100.0 * acc[pid] / total, 1), kernel[pid]) for pid in ranked
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,7 +377,8 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             wait_irq_pct=mean(p.wait_irq_pct for p in ps),
             wait_other_pct=mean(p.wait_other_pct for p in ps),
             preemptors=merge_preemptors(
-                (runq_weight(p.runq_pct, p.runq_threads_pct), p.preemptors) for p in ps
+                ((runq_weight(p.runq_pct, p.runq_threads_pct), p.preemptors) for p in ps),
+                top=WHO_TOOK_KEPT,
             ),
             cpus_allowed=last.cpus_allowed,
             cpu_quota=last.cpu_quota,

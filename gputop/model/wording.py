@@ -6,7 +6,7 @@ the sentence says what is inferred and why (``NOT_MEASURED``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from gputop.model.fixes import Culprit
 from gputop.model.frame import Preemptor
@@ -108,32 +108,76 @@ def _other_wakers(p: ProcAgg) -> list[str]:
     return parts
 
 
-def preemptor_text(ps: tuple[Preemptor, ...] | None, culprits: set[int]) -> str:
-    """``71% of it behind pid 900 stress and 20% behind pid 901 stress`` (measured), or "".
+def who_took(
+    ps: Sequence[Preemptor] | None,
+    culprits: Collection[int],
+    job: Collection[int],
+    gputop: Collection[int],
+    limit_pct: float = 0.0,
+) -> str:
+    """Who took a wait for a CPU, adding up to all of it (measured), or "" unmeasured.
 
-    Only the job's culprits are named (outside the job, not gputop, at least
-    ``culprit_share_pct`` of the whole job's run-queue time), with their share of
-    this process's wait.
+    ``pid 900 stress 61%, pid 901 stress 20%; the rest: the job itself 4%, kernel threads
+    1%, gputop 1%, other processes 3%, its CPU limit 5%, charged to no recorded process 5%``:
+    the job's culprits by name (each ``culprit_share_pct`` or more of the whole job's wait,
+    never gputop) with their share of this wait, the rest by kind, so no part of a wait
+    the evidence quotes is left unexplained. ``job``: the job's own processes (a process's
+    own other threads are charged as itself); ``limit_pct``: the part of the wait its cgroup's
+    CPU limit held it back (the CPU left idle: no process is charged for it).
     """
-    if not ps:
+    if ps is None:
         return ""
-    named = [p for p in ps if p.pid in culprits][:2]
-    if not named:
-        return ""
-    parts = [f"{p.share_pct:.0f}% behind pid {p.pid} {p.comm}" for p in named]
-    parts[0] = parts[0].replace("% behind", "% of it behind", 1)
-    return " and ".join(parts)
+    named = [p for p in ps if p.pid in culprits]
+    kinds = {"the job itself": 0.0, "kernel threads": 0.0, "gputop": 0.0, "other processes": 0.0}
+    for p in ps:
+        if p.pid in culprits:
+            continue
+        kind = (
+            "the job itself"
+            if p.pid in job
+            else "gputop"
+            if p.pid in gputop
+            else "kernel threads"
+            if p.kernel
+            else "other processes"
+        )
+        kinds[kind] += p.share_pct
+    charged = sum(p.share_pct for p in ps)
+    limit = min(max(0.0, limit_pct), max(0.0, 100.0 - charged))
+    kinds["its CPU limit"] = limit
+    kinds["charged to no recorded process"] = max(0.0, 100.0 - charged - limit)
+    rest = [f"{kind} {whole(v)}%" for kind, v in kinds.items() if round(v) >= 1]
+    text = ", ".join(f"pid {p.pid} {p.comm} {whole(p.share_pct)}%" for p in named)
+    if rest:
+        text += ("; the rest: " if text else "") + ", ".join(rest)
+    return text
 
 
-def workers_line(wk: WorkersSummary, culprits: set[int]) -> str:
-    """The DataLoader workers' CPU wait (and who took it), preemption rate and CPU use."""
+def limit_part(throttled_pct: float | None, runq_pct: float | None) -> float:
+    """The share of a wait for a CPU a cgroup CPU limit held back (% of the wait)."""
+    if not throttled_pct or not runq_pct:
+        return 0.0
+    return min(100.0, 100.0 * throttled_pct / runq_pct)
+
+
+def workers_line(
+    wk: WorkersSummary,
+    culprits: Collection[int],
+    job: Collection[int] = (),
+    gputop: Collection[int] = (),
+) -> str:
+    """The DataLoader workers' CPU wait (and who took it: ``who_took``), preemption rate and
+    CPU use."""
     each = wk.preempt_per_s / wk.count
     line = f"its {wk.count} DataLoader worker{'s' if wk.count != 1 else ''}"
     if wk.runq_pct is not None:
         line += f" waited for a CPU {pct(wk.runq_pct)} of the time"
-        behind = preemptor_text(wk.preemptors, culprits)
-        if behind:
-            line += f" ({behind})"
+        if round(wk.runq_pct) >= 1:
+            took = who_took(
+                wk.preemptors, culprits, job, gputop, limit_part(wk.throttled_pct, wk.runq_pct)
+            )
+            if took:
+                line += f" (who took it: {took})"
         line += ","
     return line + f" were preempted {whole(each)}/s each and used {whole(wk.cpu_pct)}% CPU each"
 
@@ -156,6 +200,12 @@ def storage_line(wk: WorkersSummary, host: HostAgg) -> str:
     if host.psi_io_some is not None:
         line += f"; I/O pressure {whole(host.psi_io_some)}%"
     return line
+
+
+def plural(n: float, what: str) -> str:
+    """``1 runnable task``, ``9 runnable tasks``: the count as evidence quotes it, and its noun."""
+    count = whole(n)
+    return f"{count} {what}{'' if count == '1' else 's'}"
 
 
 def whole(v: float) -> str:
@@ -181,7 +231,7 @@ def gpu_line(gpu: GpuAgg, secs: str) -> str:
 def host_line(host: HostAgg) -> str:
     """How loaded the host's CPUs are: runnable tasks, busy share, load, CPU pressure."""
     line = (
-        f"{whole(host.procs_running)} runnable tasks on {host.ncpu} CPUs;"
+        f"{plural(host.procs_running, 'runnable task')} on {host.ncpu} CPUs;"
         f" CPUs {whole(host.cpu_pct)}% busy; load {host.load1:.1f}"
     )
     if host.psi_cpu_some is not None:

@@ -15,15 +15,23 @@ from textual.widgets import Static
 
 ABOUT = (
     "GPU_UTIL is the share of time any kernel ran; SM is how busy the SMs really were. "
-    "eff = SM ÷ GPU_UTIL. OFF% = share of the interval the main thread was off-CPU; "
-    "RUNQ% = runnable but waiting for a CPU; THR% (under a cgroup CPU limit) = the part of it "
-    "the limit held back; IO% = in disk I/O (uninterruptible sleep, eBPF); "
-    "PRE/s = involuntary context switches per second."
+    "eff = SM ÷ GPU_UTIL. The table's columns: PID = the process id; ROLE = train (a GPU's "
+    "trainer, rankN in a distributed job), loader (a DataLoader worker), pin (its pin-memory "
+    "thread); USER = its owner; "
+    "CPU% = CPU time over the interval, % of one CPU; OFF% = share of the interval the main "
+    "thread was off-CPU; RUNQ% = runnable but waiting for a CPU; THR% (under a cgroup CPU "
+    "limit) = the part of it the limit held back; IO% = in disk I/O (uninterruptible sleep, "
+    "eBPF); PRE/s = involuntary context switches per second; PRE = preemptions since gputop "
+    "began watching; GPU = the GPUs it uses; GMEM = its GPU memory; POD/CONTAINER = where it "
+    "runs; COMMAND = its command line. A process that is neither a job's nor among the "
+    "busiest shows its CPU% alone (its threads are not read each tick); `a` lists only those "
+    "that are."
 )
 
 
 class HelpScreen(ModalScreen[None]):
-    """The key list and what the columns mean; any of Esc, q, F1, ? closes it."""
+    """The key list and what the columns mean; any of Esc, q, F1, ? closes it; the arrows,
+    PgUp/PgDn, Home/End and the mouse wheel scroll it."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -50,3 +58,8 @@ class HelpScreen(ModalScreen[None]):
             scroll.border_title = "gputop keys"
             yield Static(table)
             yield Static("\n" + ABOUT)
+
+    def on_mount(self) -> None:
+        # Focused, the list scrolls with the arrows, PgUp/PgDn and Home/End to its last line
+        # (what the columns mean), which an 80x24 terminal does not show at first.
+        self.query_one(VerticalScroll).focus()

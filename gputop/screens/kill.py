@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from gputop.model.frame import ProcessSample
+from gputop.widgets.lines import printable
 
 
 class KillScreen(ModalScreen[int | None]):
@@ -43,7 +44,7 @@ class KillScreen(ModalScreen[int | None]):
         with Vertical():
             # Command lines are other users' text: shown verbatim, never parsed as markup.
             question = Text(f"Send a signal to PID {p.pid} ({p.user or '?'})?\n")
-            question.append((p.cmdline or p.comm)[:180])
+            question.append(printable(p.cmdline or p.comm)[:180])
             yield Static(question, id="question")
             with Horizontal():
                 yield Button(r"\[t] SIGTERM", id="term", variant="warning")

@@ -20,6 +20,7 @@ from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
 from gputop.procctl import pyspy_dump
 from gputop.screens.waterfall import waterfall
+from gputop.widgets.lines import printable
 
 CHARTS = (
     ("split", "where the time goes %"),
@@ -133,8 +134,12 @@ def io_line(p: ProcessSample) -> str | None:
     return f"{line}, reading {reading}" if reading else line
 
 
-def wait_lines(p: ProcessSample) -> list[str]:
-    """The main thread's time split in the last interval, and who preempted it."""
+def wait_lines(p: ProcessSample, probe_live: bool = False) -> list[str]:
+    """The main thread's time split in the last interval, and who preempted it.
+
+    ``probe_live``: the frame's scheduler source is the eBPF probe; what it did not measure
+    for this process is then said as such, never as needing the probe.
+    """
     split = ScreenView.wait_split(p)
     if split is None:
         return ["time split: not sampled yet"]
@@ -150,9 +155,14 @@ def wait_lines(p: ProcessSample) -> list[str]:
     if io is not None:
         lines.append(io)
     if not split.measured:
-        lines.append("what it waits on (input, GPU, ...) needs the eBPF probe")
+        lines.append(
+            "what it waits on (input, GPU, ...): not measured this interval (the probe"
+            " watches a process from its first whole interval)"
+            if probe_live
+            else "what it waits on (input, GPU, ...) needs the eBPF probe"
+        )
     if p.preemptors is None:
-        lines.append("preempted by: needs the eBPF probe")
+        lines.append(_no_preemptors(p, probe_live))
     else:
         # A share that reads 0% is a kernel thread's tick, not a preemptor to list.
         took = [q for q in p.preemptors if round(q.share_pct) >= 1]
@@ -160,8 +170,18 @@ def wait_lines(p: ProcessSample) -> list[str]:
             lines.append("preempted by: nobody took 1% of its lost CPU time this interval")
         else:
             lines.append("preempted by (share of its lost CPU time):")
-            lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {q.comm}" for q in took)
+            lines.extend(f"  {q.share_pct:>3.0f}%  pid {q.pid} {printable(q.comm)}" for q in took)
     return lines
+
+
+def _no_preemptors(p: ProcessSample, probe_live: bool) -> str:
+    """Why a process's preemptors are not listed."""
+    if not probe_live:
+        return "preempted by: needs the eBPF probe"
+    if p.role == "other":
+        # The probe records who took the CPU only from the processes it watches.
+        return "preempted by: recorded for trainers and DataLoader workers only"
+    return "preempted by: not measured this interval (watched from the next)"
 
 
 class ProcessScreen(Screen[None]):
@@ -236,6 +256,16 @@ class ProcessScreen(Screen[None]):
         # open, even after the process exits); closed, the app unpins it.
         self.app.post_message(ProcessClosed(self.key))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A replay's process is not on this machine: k is not offered.
+        return self.live or action != "kill"
+
+    @property
+    def _probe_live(self) -> bool:
+        """The newest frame's scheduler numbers come from the eBPF probe."""
+        frame = self.view.frame
+        return frame is not None and frame.sources.sched == "bpf"
+
     @property
     def process(self) -> ProcessSample | None:
         """The process's newest sample (kept by the history while this screen is open)."""
@@ -273,7 +303,7 @@ class ProcessScreen(Screen[None]):
         t.append(f", {p.preempt_total:,} since the process started")
         if gone:
             t.append("  [exited]", style="bold")
-        t.append(f"\n{p.cmdline or p.comm}")
+        t.append(f"\n{printable(p.cmdline or p.comm)}")
         head.update(t)
 
     def _charts(self) -> None:
@@ -337,7 +367,7 @@ class ProcessScreen(Screen[None]):
         for th in p.threads:
             cells = (
                 str(th.tid),
-                Text(th.comm),
+                Text(printable(th.comm)),
                 f(th.cpu_pct),
                 f(th.offcpu_pct),
                 f(th.runq_pct),
@@ -376,13 +406,15 @@ class ProcessScreen(Screen[None]):
         if p.offcpu_hist is not None:
             lines.append("off-CPU stalls (eBPF):")
             lines.extend(histogram_lines(p.offcpu_hist, 20))
+        elif self._probe_live:
+            lines.append("off-CPU histogram: not measured for it this interval")
         else:
             lines.append("off-CPU histogram: needs the eBPF probe")
         if p.longest_stall_ms is not None:
             lines.append(f"longest stall: {p.longest_stall_ms:.1f} ms")
         self.query_one("#hist", Static).update("\n".join(lines))
         waits = wait_key(p)
-        rest = wait_lines(p)[1:]
+        rest = wait_lines(p, self._probe_live)[1:]
         if rest:
             waits.append("\n" + "\n".join(rest))
         self.query_one("#waits", Static).update(waits)

@@ -15,11 +15,16 @@ from gputop.widgets.table_layout import COLUMNS, Column
 
 
 class SortScreen(ModalScreen[str | None]):
-    """A list of columns; Enter picks one, Esc keeps the current sort."""
+    """A list of columns; Enter picks one, Esc keeps the current sort.
+
+    Every column is on screen from the first (PID) where the terminal has the rows (14
+    columns and the border at 60x20); a list cut at 12 rows scrolled to show the sorted
+    column, so it started at USER.
+    """
 
     DEFAULT_CSS = """
     SortScreen { align: left top; }
-    SortScreen > OptionList { width: 22; height: auto; max-height: 14; border: round $primary; }
+    SortScreen > OptionList { width: 22; height: auto; max-height: 100%; border: round $primary; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f6,q", "dismiss_none", "Cancel")]
 

@@ -102,9 +102,11 @@ def _parse(shown: str, raw: bytes) -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
+        # json's own messages may end with "at" ("Unterminated string starting at"): the
+        # place follows in parentheses, never as a second "at".
         raise UsageError(
-            f"{shown} is not valid JSON (truncated or corrupt?): {exc.msg} at line "
-            f"{exc.lineno} column {exc.colno}"
+            f"{shown} is not valid JSON (truncated or corrupt?): {exc.msg} (line "
+            f"{exc.lineno}, column {exc.colno})"
         ) from None
     except RecursionError:
         raise UsageError(f"{shown} is not a gputop snapshot: nested too deeply") from None

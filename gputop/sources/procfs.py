@@ -296,6 +296,16 @@ class ProcSource:
             self._cmdlines[key] = got
         return got
 
+    def identity(self, pid: int, start: int) -> tuple[str, str]:
+        """(command line, owner) of a process, each read once in its life and kept."""
+        key = (pid, start)
+        prev = self._prev.get(key)
+        if prev is None:
+            prev = self._prev[key] = _ProcPrev(0)
+        if prev.user is None:
+            prev.user = self._user(pid)
+        return self.cmdline(pid, start), prev.user
+
     def _user(self, pid: int) -> str:
         """The owner's name; callers cache it per process (owners rarely change)."""
         try:

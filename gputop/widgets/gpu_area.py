@@ -170,6 +170,16 @@ class GpuArea(Widget):
         """GPUs shown (1 for the "no GPU" notice)."""
         return max(1, len(self._uuids))
 
+    @property
+    def rows(self) -> int:
+        """The lines the area takes in its current mode (a layout need not have run)."""
+        if self.compact:
+            return self.count
+        if self._uuids == (None,):
+            return 3
+        cols = max(1, min(self.count, self.width // PANEL_MIN_W))
+        return math.ceil(self.count / cols) * PANEL_H
+
     def fit(self, width: int, budget_rows: int) -> None:
         """The terminal's width and the lines the GPUs may take; picks panels or the list."""
         self.width, self.budget = width, budget_rows

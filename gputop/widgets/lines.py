@@ -26,6 +26,20 @@ from textual.selection import Selection
 from textual.strip import Strip
 from textual.widget import Widget
 
+# Control characters in what other programs chose (command lines, process and thread
+# names) would move a real terminal's cursor: a newline in `python -c` code wrote the rest
+# of its row over the next one (pids drawn twice, one missing). As htop does, each is drawn
+# as one visible cell: whitespace as a space, the rest as "?".
+_CONTROLS = {c: "?" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROLS.update({ord(c): " " for c in "\t\n\v\f\r"})
+_PRINTABLE = str.maketrans(_CONTROLS)
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character drawn as one printable cell (same length)."""
+    return text.translate(_PRINTABLE)
+
+
 # One run of text and its style: a component class ("host-header--label"), a Rich style
 # ("bold", "italic") or "" for the line's base style.
 Run = tuple[str, str]
@@ -123,6 +137,7 @@ class LineCache:
         for text, name in runs:
             if not text:
                 continue
+            text = printable(text)
             if not name and plain:
                 segments[-1] = Segment(segments[-1].text + text, base)
                 continue
@@ -229,7 +244,7 @@ class LineWidget(Widget):
             if y:
                 text.append("\n")
             for run, name in line:
-                text.append(run, style=memo.style(name) if name else None)
+                text.append(printable(run), style=memo.style(name) if name else None)
         return text
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:

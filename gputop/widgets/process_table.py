@@ -26,6 +26,7 @@ from gputop.widgets.table_layout import (
     GUTTER,
     HSCROLL_STEP,
     POD_COLUMN,
+    STAT_ONLY,
     TREE,
     Column,
     Row,
@@ -89,6 +90,8 @@ class ProcessTable(ScrollView, can_focus=True):
     sort_reverse: reactive[bool] = reactive(True, init=False)
     tree_mode: reactive[bool] = reactive(True, init=False)
     needle: reactive[str] = reactive("", init=False)
+    # Every process (htop's habit), or only the jobs and the busiest (the frame's rows).
+    everyone: reactive[bool] = reactive(True, init=False)
 
     def __init__(self, *, id: str | None = None) -> None:
         self.cursor_row = 0
@@ -97,6 +100,8 @@ class ProcessTable(ScrollView, can_focus=True):
         self.since: Mapping[tuple[int, int], int] = {}
         self._visible: tuple[Column, ...] = COLUMNS
         self._procs: tuple[ProcessSample, ...] = ()
+        # The newest frame's rows and its other processes (``Frame.others``).
+        self._frame_rows: tuple[tuple[ProcessSample, ...], tuple[ProcessSample, ...]] = ((), ())
         self._by_key: dict[str, ProcessSample] = {}
         self._cells: dict[str, Row] = {}
         self._order: list[str] = []
@@ -151,16 +156,24 @@ class ProcessTable(ScrollView, can_focus=True):
         frame = view.frame
         if frame is None:
             return
-        self._procs = tuple(frame.processes)
+        self._frame_rows = (frame.processes, frame.others)
+        self._procs = self._rows_of(frame.processes, frame.others)
         self.since = view.preempt_since
-        self._io = self._io or io_waited(self._procs)
-        columns = table_columns(self._procs, self._io)
+        # Only the frame's rows can have a CPU limit, disk waits or a pod (the others tell
+        # their CPU share alone).
+        self._io = self._io or io_waited(frame.processes)
+        columns = table_columns(frame.processes, self._io)
         if columns != self._columns:
             # Every row and the header change shape.
             self._columns = columns
             self._cells = {}
             self.refresh()
         self._apply()
+
+    def _rows_of(
+        self, rows: tuple[ProcessSample, ...], others: tuple[ProcessSample, ...]
+    ) -> tuple[ProcessSample, ...]:
+        return rows + others if self.everyone else rows
 
     @property
     def sort_columns(self) -> tuple[Column, ...]:
@@ -170,7 +183,9 @@ class ProcessTable(ScrollView, can_focus=True):
     @property
     def view(self) -> TableView:
         """The current sort, tree mode and filter."""
-        return TableView(self.sort_key, self.sort_reverse, self.tree_mode, self.needle)
+        return TableView(
+            self.sort_key, self.sort_reverse, self.tree_mode, self.needle, self.everyone
+        )
 
     def sort_by(self, key: str) -> None:
         """Sort by this column, in the direction its values read best (htop's F6)."""
@@ -201,6 +216,10 @@ class ProcessTable(ScrollView, can_focus=True):
     def watch_needle(self) -> None:
         self._view_changed()
 
+    def watch_everyone(self) -> None:
+        self._procs = self._rows_of(*self._frame_rows)
+        self._view_changed()
+
     def _view_changed(self) -> None:
         """Re-arrange the rows (selection kept), redraw the header, tell the app."""
         self._apply()
@@ -221,11 +240,21 @@ class ProcessTable(ScrollView, can_focus=True):
         by_key: dict[str, ProcessSample] = {}
         cells: dict[str, Row] = {}
         dirty: list[str] = []
+        prev_cells, prev_rows = self._cells, self._by_key
         for (p, prefix), key in zip(rows, new_keys, strict=True):
             by_key[key] = p
-            row = self._cells_for(p, prefix)
-            cells[key] = row
-            if self._cells.get(key) != row:
+            old = prev_cells.get(key)
+            if (
+                old is not None
+                and prev_rows.get(key) is p
+                and p.sched_source == STAT_ONLY
+                and old[TREE][0] == prefix
+            ):
+                # The same row object as last tick (an idle process): the same cells.
+                cells[key] = old
+                continue
+            row = cells[key] = self._cells_for(p, prefix)
+            if old != row:
                 dirty.append(key)
         self._by_key, self._cells = by_key, cells
         old_order, old_cursor, old_top = self._order, self.cursor_row, self.scroll_offset.y

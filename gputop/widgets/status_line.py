@@ -8,6 +8,32 @@ from gputop.model.view import ScreenView
 from gputop.widgets.lines import Line, LineWidget
 from gputop.widgets.table_layout import sort_label
 
+SCHED_NOTE = "sched: "
+
+
+def _short(text: str) -> str:
+    # "needs root (or CAP_BPF + CAP_PERFMON)" -> "needs root": the first clause, no aside.
+    head = text.split(" (", 1)[0].strip()
+    return head or text.strip()
+
+
+def probe_off(notes: tuple[str, ...]) -> str | None:
+    """Why the eBPF probe is off and how to turn it on, short enough for the status line
+    (``eBPF off: needs root; run gputop with sudo``), from the sampler's ``sched:`` note;
+    None where no note says."""
+    note = next((n for n in notes if n.startswith(SCHED_NOTE)), None)
+    if note is None:
+        return None
+    text = note.removeprefix(SCHED_NOTE).removeprefix("eBPF probe off").lstrip(": ")
+    parts = [p.strip() for p in text.split(";")]
+    reason, fixes = parts[0], [p.removeprefix("fix: ") for p in parts if p.startswith("fix: ")]
+    if reason.startswith("("):
+        return f"eBPF off {reason}"  # (--no-bpf): asked for, nothing to fix
+    out = f"eBPF off: {_short(reason)}"
+    if fixes:
+        out += f"; {_short(fixes[0])}"
+    return out
+
 
 class StatusLine(LineWidget):
     """Sources (gpu: nvml/demo/none; sched: bpf/procfs) with the first reason one is off.
@@ -82,6 +108,10 @@ class StatusLine(LineWidget):
         view = self._view
         runs.append((f"gpu:{src.gpu}", "bold" if src.gpu != "none" else "bold italic"))
         runs.append((f" sched:{src.sched}", "bold"))
+        why = probe_off(src.notes) if src.sched != "bpf" else None
+        if why is not None:
+            # Right beside it, where a narrow line still shows it.
+            runs.append((f" ({why})", "italic"))
         runs.append(
             (
                 f" │ {self.interval_s:g}s"
@@ -90,8 +120,11 @@ class StatusLine(LineWidget):
                 "",
             )
         )
+        if not view.everyone:
+            runs.append((" │ jobs only", "bold"))
         if view.needle:
             runs.append((f" │ filter “{view.needle}”", "bold"))
-        if src.notes:
-            runs.append((f" │ {src.notes[0]}", "italic"))
+        rest = [n for n in src.notes if why is None or not n.startswith(SCHED_NOTE)]
+        if rest:
+            runs.append((f" │ {rest[0]}", "italic"))
         return runs

@@ -225,7 +225,7 @@ def arrange(
     holds each process's preemptions since gputop began watching (the PRE column).
     """
     col = column(sort_key)
-    shown = [p for p in procs if matches(p, needle)]
+    shown = [p for p in procs if matches(p, needle)] if needle else list(procs)
     sort = col.sort
     if sort_key == "pretotal" and since is not None:
         counts = since
@@ -266,7 +266,10 @@ def arrange(
             group = [first]
         for root in group:
             out.append((root, ""))
-            kids = order(children.get(root.pid, []))
+            kids = children.get(root.pid)
+            if not kids:
+                continue
+            kids = order(kids)
             for i, kid in enumerate(kids):
                 out.append((kid, "└─ " if i == len(kids) - 1 else "├─ "))
     return out
@@ -294,6 +297,8 @@ def row_cells(
         if p.role in ("dataloader", "pin_memory")
         else ""
     )
+    if p.sched_source == STAT_ONLY:
+        return _stat_row(p, prefix, columns)
     row: Row = {
         "pid": (str(p.pid), ""),
         "role": (role_text(p), role_cls),
@@ -314,6 +319,22 @@ def row_cells(
         row["pod"] = (pod_text(p), "process-table--muted")
     row[TREE] = (prefix, "process-table--muted")
     row["command"] = (command_text(p)[:300], role_cls)
+    return row
+
+
+# A row of ``Frame.others``: only its stat line, owner and command line were read.
+STAT_ONLY = "stat"
+
+
+def _stat_row(p: ProcessSample, prefix: str, columns: Sequence[Column]) -> Row:
+    """A process of which only CPU% is known: its scheduler columns are left blank, not n/a
+    (they were not read this tick, which says nothing of what the host can report)."""
+    row: Row = {c.key: ("", "") for c in columns}
+    row["pid"] = (str(p.pid), "")
+    row["user"] = (p.user[:8], "")
+    row["cpu"] = _pct(p.cpu_pct, 90.0, 60.0)
+    row[TREE] = (prefix, "process-table--muted")
+    row["command"] = (command_text(p)[:300], "")
     return row
 
 

@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import textwrap
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
 from textual import events
+from textual.binding import Binding, BindingType
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gputop.messages import VerdictToggled
 from gputop.model.frame import Cause, Verdict, VerdictState
 
 # SEVERITY: the ranks the view orders the verdicts by (every state has one and a title).
 from gputop.model.view import SEVERITY as SEVERITY
-from gputop.model.view import GpuLoss, ScreenView
-from gputop.widgets.lines import LineCache
+from gputop.model.view import GpuLoss, ScreenView, gpu_label, group_verdicts
+from gputop.widgets.lines import LineCache, printable
 
 TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
@@ -72,6 +76,8 @@ STRIP_GLYPHS = {
     "none": "·",
 }
 STRIP_MIN_W = 8
+# Lines one turn of the mouse wheel scrolls the expanded panel.
+WHEEL_LINES = 3
 CALM = ("ok", "idle")
 
 
@@ -173,11 +179,73 @@ def wrap(text: str, width: int, first: str, rest: str) -> list[str]:
 PanelLine = list[tuple[str, str]]
 
 
-class VerdictPanel(Widget):
+@dataclass(frozen=True)
+class Block:
+    """Lines that show or hide together (one evidence line or fix, wrapped).
+
+    ``must``: shown folded whenever the panel has room at all, in this order (1 first):
+    the leading GPU's head, its first fix, its cost, so what to do is on screen without
+    a key, at 80x24 too. 0: shown in its place while the lines last.
+    """
+
+    lines: tuple[tuple[tuple[str, str], ...], ...]
+    must: int = 0
+
+
+MUST_HEAD, MUST_FIX, MUST_COST = 1, 2, 3
+
+
+def _bullet(text: str, width: int, prefix: str, style: str = "") -> list[PanelLine]:
+    """An evidence line as the panel shows it: ``• `` and the text wrapped under it."""
+    return [[(x, style)] for x in wrap(text, width, prefix + "• ", prefix + "  ")]
+
+
+def _block(lines: list[PanelLine], must: int = 0) -> Block:
+    return Block(tuple(tuple(line) for line in lines), must)
+
+
+def folded_lines(title: PanelLine, blocks: Sequence[Block], room: int) -> list[PanelLine]:
+    """The panel folded to ``room`` lines: the title, the blocks that must show, then the
+    others in their order while they fit, and a last line saying how many are hidden."""
+    total = 1 + sum(len(b.lines) for b in blocks)
+    if total <= room:
+        return [title, *(list(line) for b in blocks for line in b.lines)]
+    if room <= 1:
+        return [[*title, (f"  ▾{total - 1} v", "bold")]]
+    budget = room - 1  # the last line says what is hidden
+    used = 1
+    take: dict[int, int] = {}
+    for i in sorted((i for i, b in enumerate(blocks) if b.must), key=lambda i: blocks[i].must):
+        n = len(blocks[i].lines)
+        if blocks[i].must == MUST_FIX:
+            # A first fix longer than the room shows its beginning (the rest: "more").
+            n = min(n, budget - used)
+        if 0 < n <= budget - used:
+            take[i] = n
+            used += n
+    for i, b in enumerate(blocks):
+        if i in take:
+            continue
+        if used + len(b.lines) > budget:
+            break
+        take[i] = len(b.lines)
+        used += len(b.lines)
+    shown = [title]
+    for i, b in enumerate(blocks):
+        shown.extend(list(line) for line in b.lines[: take.get(i, 0)])
+    hidden = total - len(shown)
+    more = f"▾ {hidden} more line{'s' if hidden != 1 else ''} — v or click to expand"
+    return [*shown, [(more, "italic")]]
+
+
+class VerdictPanel(Widget, can_focus=True):
     """Most urgent verdict first: title and history strip, then every evidence line and fix.
 
     The state is a CSS class (``-busy_but_starving``, ``-ok``, ...) so colours come
     from theme variables and NO_COLOR still leaves the state's name readable.
+    Folded, it shows what fits its lines (the leading cost and the first fix always);
+    expanded (``v``, a click on the title), it takes the focus and scrolls with the
+    arrows, PgUp/PgDn, Home/End and the mouse wheel to every line; Esc folds it.
     """
 
     DEFAULT_CSS = """
@@ -206,6 +274,15 @@ class VerdictPanel(Widget):
     VerdictPanel > .verdict-panel--none { color: $text-disabled; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"verdict-panel--{s}" for s in STRIP_GLYPHS}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "scroll_lines(-1)", "Up", show=False),
+        Binding("down", "scroll_lines(1)", "Down", show=False),
+        Binding("pageup", "scroll_page(-1)", "Page up", show=False),
+        Binding("pagedown", "scroll_page(1)", "Page down", show=False),
+        Binding("home", "scroll_lines(-1000000)", "First", show=False),
+        Binding("end", "scroll_lines(1000000)", "Last", show=False),
+        Binding("escape", "fold", "Fold", show=False),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         # Each shown line drawn once, until what it shows changes (or the width or theme does).
@@ -216,15 +293,17 @@ class VerdictPanel(Widget):
         self._top: list[Verdict] = []
         self._has_gpus = True
         self._strip: tuple[str, ...] = ()
-        # The lines under the title, kept while the verdicts and the width stay the same.
+        # The blocks under the title, kept while the verdicts and the width stay the same.
         self._body_key: tuple[object, ...] = ()
-        self._body: list[PanelLine] = []
+        self._body: list[Block] = []
         self._run_s = 0.0
         # What each GPU's cause costs and the time it lost, by GPU (the lines under its title).
         self._costs: dict[int, tuple[str, ...]] = {}
         self.expanded = False
         self.max_lines = 3
         self.max_expanded = 12
+        # The first body line shown while expanded (the title stays on top).
+        self.scroll_top = 0
         self._all: list[PanelLine] = []
         self._shown: list[PanelLine] = []
         self._width = 0
@@ -241,8 +320,13 @@ class VerdictPanel(Widget):
 
     @property
     def fits(self) -> bool:
-        """True when every line is on screen (nothing hidden behind "more")."""
+        """True when every line is on screen (nothing hidden behind "more" or scrolled off)."""
         return len(self._shown) >= len(self._all)
+
+    @property
+    def shown_text(self) -> list[str]:
+        """The lines on screen now, as plain text."""
+        return ["".join(t for t, _ in line) for line in self._shown]
 
     def fixes(self) -> list[str]:
         """The fixes of the verdicts shown, each once, most urgent first."""
@@ -260,10 +344,42 @@ class VerdictPanel(Widget):
             self._relayout(force=True)
 
     def toggle(self) -> None:
-        """Expand to every line, or fold back."""
+        """Expand to every line (scrolling where they do not fit), or fold back."""
         self.expanded = not self.expanded
+        self.scroll_top = 0
         self.set_class(self.expanded, "-expanded")
         self._relayout(force=True)
+        self.post_message(VerdictToggled(self.expanded))
+
+    def action_fold(self) -> None:
+        if self.expanded:
+            self.toggle()
+
+    def action_scroll_lines(self, step: int) -> None:
+        self.scroll_body(step)
+
+    def action_scroll_page(self, step: int) -> None:
+        self.scroll_body(step * max(1, self.max_expanded - 2))
+
+    def scroll_body(self, step: int) -> bool:
+        """Scroll the expanded panel by ``step`` lines; False where it did not move."""
+        if not self.expanded:
+            return False
+        room = max(1, self.max_expanded - 2)
+        top = max(0, min(self.scroll_top + step, len(self._all) - 1 - room))
+        if top == self.scroll_top:
+            return False
+        self.scroll_top = top
+        self._relayout()
+        return True
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if self.scroll_body(WHEEL_LINES):
+            event.stop()
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if self.scroll_body(-WHEEL_LINES):
+            event.stop()
 
     def show(self, view: ScreenView) -> None:
         """Take the newest frame's verdicts and the window's verdict per tick (the strip)."""
@@ -299,30 +415,14 @@ class VerdictPanel(Widget):
     def _relayout(self, force: bool = False) -> None:
         width = self.content_size.width or max(1, self.app.size.width - 2)
         self._width = width
-        self._all = self._build(width)
-        room = self.max_expanded if self.expanded else self.max_lines
-        if self._state in (*CALM, "none", "no_gpu") and not self.expanded:
-            room = 1
-        room = max(1, room)
-        if len(self._all) <= room:
-            shown = list(self._all)
+        title, blocks = self._build(width)
+        self._all = [title, *(list(line) for b in blocks for line in b.lines)]
+        if self.expanded:
+            shown = self._scrolled(max(3, self.max_expanded))
+        elif self._state in (*CALM, "none", "no_gpu"):
+            shown = folded_lines(title, blocks, 1)
         else:
-            hidden = len(self._all) - (room - 1)
-            shown = self._all[: room - 1] if room > 1 else []
-            more = (
-                f"▾ {hidden} more line{'s' if hidden != 1 else ''} — v or click to expand"
-                if not self.expanded
-                else f"… {hidden} more lines do not fit this terminal"
-            )
-            if room == 1:
-                # One line: the title, with the hint at its end.
-                title = list(self._all[0])
-                title.append((f"  ▾{hidden} v", "bold"))
-                shown = [title]
-            else:
-                shown.append([(more, "italic")])
-        if self.expanded and len(self._all) > 1 and len(self._all) <= room:
-            shown = list(self._all)
+            shown = folded_lines(title, blocks, max(1, self.max_lines))
         if shown == self._shown and not force:
             return
         height_changed = len(shown) != len(self._shown)
@@ -339,26 +439,48 @@ class VerdictPanel(Widget):
                 self.refresh(Region(0, y + top, self.size.width, 1))
         self._shown = shown
 
+    def _scrolled(self, room: int) -> list[PanelLine]:
+        """Expanded: every line where they fit, else the title, a window of the rest at
+        ``scroll_top`` and a line saying where it is and how to scroll."""
+        lines = self._all
+        if len(lines) <= room:
+            self.scroll_top = 0
+            return list(lines)
+        body = lines[1:]
+        k = room - 2
+        self.scroll_top = max(0, min(self.scroll_top, len(body) - k))
+        first, last = self.scroll_top, self.scroll_top + k
+        where = f"lines {first + 2}-{last + 1} of {len(lines)}"
+        marks = ("▴" if first > 0 else "") + ("▾" if last < len(body) else "")
+        hint = f"{marks} {where}: ↑↓ PgUp PgDn or the wheel scroll, v folds"
+        return [lines[0], *body[first:last], [(hint, "italic")]]
+
     def _ordered(self) -> list[Verdict]:
         # Most urgent first, as the view ranked them.
         return list(self._verdicts)
 
-    def _build(self, width: int) -> list[PanelLine]:
+    def _build(self, width: int) -> tuple[PanelLine, list[Block]]:
         if self._state == "no_gpu":
-            return [[("no GPU to judge — host signals only (the status line says why)", "")]]
+            return [("no GPU to judge — host signals only (the status line says why)", "")], []
         if self._state == "none":
-            return [[("no verdict yet — diagnosis needs a few frames", "")]]
+            return [("no verdict yet — diagnosis needs a few frames", "")], []
         ordered = self._ordered()
         top = self._top
         v = top[0]
         title: PanelLine = []
         mark = "✓" if v.state in CALM else "▲"
         title.append((f"{mark} {TITLES.get(v.state, v.state.upper())}", "bold"))
-        title.append((f"  GPU {','.join(str(x.gpu) for x in top)}", ""))
+        title.append((f"  {gpu_label(x.gpu for x in top)}", ""))
         cause = cause_text(top)
+        run = (f"  for {_dur(self._run_s)}", "") if self._run_s > 0 else None
+        used = sum(len(t) for t, _ in title)
+        if cause and used + len(cause) + 2 > width and cause.startswith("causes: "):
+            # Several causes that do not fit the line: each group's head names its own.
+            cause = f"{len(cause.split('), '))} causes (below)"
         if cause:
             title.append((f"  {cause}", ""))
-        run = (f"  for {_dur(self._run_s)}", "") if self._run_s > 0 else None
+        if run is not None and used + len(cause) + 2 + len(run[0]) > width:
+            run = None  # the strip, where it shows, says when it began
         eff = None if v.efficiency is None else (f"  efficiency {v.efficiency:.2f}", "")
         if eff is not None and self._strip:
             # The strip says when the trouble began; the efficiency is in the GPU's evidence
@@ -370,54 +492,64 @@ class VerdictPanel(Widget):
         key = (self._verdicts, width, self._costs)
         if key != self._body_key:
             self._body_key = key
-            self._body = self._body_lines(ordered, top, width, self._costs)
-        return [self._with_strip(title, width), *self._body]
+            self._body = self._body_blocks(ordered, top, width, self._costs)
+        return self._with_strip(title, width), self._body
 
     @staticmethod
-    def _body_lines(
+    def _body_blocks(
         ordered: list[Verdict],
         top: list[Verdict],
         width: int,
         costs: dict[int, tuple[str, ...]],
-    ) -> list[PanelLine]:
-        """What each cause costs, then every evidence line and fix, wrapped to ``width``."""
-        lines: list[PanelLine] = []
+    ) -> list[Block]:
+        """What each cause costs, then every evidence line and fix, wrapped to ``width``;
+        GPUs with the same verdict once (``GPU 0-7``), what differs per GPU after."""
         v = top[0]
         if v.state in CALM:
             if v.evidence:
-                lines += [[(x, "")] for x in wrap(v.evidence[0], width, "  ", "  ")]
-            return lines
-        for verdict in ordered:
-            if verdict in top:
-                prefix = ""
-            elif verdict.state in CALM:
-                continue
-            else:
-                head = f"GPU {verdict.gpu} {TITLES.get(verdict.state, verdict.state.upper())}"
-                if verdict.cause is not None:
-                    head += f" (cause: {CAUSE_TITLES.get(verdict.cause, verdict.cause)})"
-                lines.append([(head, "bold")])
-                prefix = "  "
-            for k, cost in enumerate(costs.get(verdict.gpu, ())):
+                return [_block([[(x, "")] for x in wrap(v.evidence[0], width, "  ", "  ")])]
+            return []
+        shown = [x for x in ordered if x in top or x.state not in CALM]
+        groups = group_verdicts(shown, costs)
+        top_gpus = {x.gpu for x in top}
+        # The leading groups need a head of their own only where several lead; the others
+        # always have one, and are indented under it.
+        several = sum(1 for g in groups if top_gpus.issuperset(g.gpus)) > 1
+        blocks: list[Block] = []
+        for n, g in enumerate(groups):
+            lead = n == 0
+            leading = top_gpus.issuperset(g.gpus)
+            prefix = "" if leading else "  "
+            if several or not leading:
+                head = f"{g.label} {TITLES.get(g.state, g.state.upper())}"
+                if g.cause is not None:
+                    head += f" (cause: {CAUSE_TITLES.get(g.cause, g.cause)})"
+                blocks.append(_block([[(head, "bold")]], MUST_HEAD if lead else 0))
+
+            for k, cost in enumerate(g.costs):
                 # The cost first: the number a user decides with; the GPU-hours after it.
-                style = "bold" if k == 0 else ""
-                lines += [[(x, style)] for x in wrap(cost, width, prefix + "• ", prefix + "  ")]
-            for ev in verdict.evidence:
-                label = f"GPU {verdict.gpu}: " if len(top) > 1 and verdict in top else ""
-                if ev.startswith(label):
-                    # The GPU's own line already names it.
-                    label = ""
-                lines += [[(x, "")] for x in wrap(label + ev, width, prefix + "• ", prefix + "  ")]
-            for k, fix in enumerate(verdict.fixes, start=1):
-                tag = "fix: " if len(verdict.fixes) == 1 else f"fix {k}: "
+                blocks.append(
+                    _block(
+                        _bullet(cost, width, prefix, "bold" if k == 0 else ""),
+                        MUST_COST if lead and k == 0 else 0,
+                    )
+                )
+            blocks.extend(_block(_bullet(ev, width, prefix)) for ev in g.evidence)
+            blocks.extend(_block(_bullet(line, width, prefix)) for _, line in g.differs)
+            if g.repeats is not None:
+                blocks.append(_block(_bullet(g.repeats, width, prefix)))
+            for k, fix in enumerate(g.fixes, start=1):
+                tag = "fix: " if len(g.fixes) == 1 else f"fix {k}: "
                 wrapped = wrap(fix, width, prefix + tag, prefix + " " * len(tag))
+                lines: list[PanelLine] = []
                 for j, x in enumerate(wrapped):
                     if j == 0:
                         cut = len(prefix) + len(tag)
                         lines.append([(x[:cut], "bold"), (x[cut:], "")])
                     else:
                         lines.append([(x, "")])
-        return lines
+                blocks.append(_block(lines, MUST_FIX if lead and k == 1 else 0))
+        return blocks
 
     def _with_strip(self, title: PanelLine, width: int) -> PanelLine:
         used = sum(len(t) for t, _ in title)
@@ -453,7 +585,7 @@ class VerdictPanel(Widget):
             if y:
                 text.append("\n")
             for run, name in line:
-                text.append(run, style=memo.style(name) if name else None)
+                text.append(printable(run), style=memo.style(name) if name else None)
         return text
 
     def render_line(self, y: int) -> Strip:
@@ -471,6 +603,7 @@ class VerdictPanel(Widget):
         offset = event.get_content_offset(self)
         if offset is None or event.chain != 1:
             return
-        # The title and the "more" line toggle; the others stay free for selecting text.
+        # The title and the last line ("more", or where the scroll is) toggle; the others
+        # stay free for selecting text.
         if offset.y == 0 or (offset.y == len(self._shown) - 1 and not self.fits):
             self.toggle()

@@ -52,6 +52,18 @@ COMPACT_LABEL_W = 8
 MIN_BAR_W = 10
 
 
+def label_text(pid: int, comm: str, width: int) -> str:
+    """``3821 python3``, ``11128 demo_tra…`` or ``11128``: the pid, and the name where at least
+    three characters of it fit (cut with "…"), never a fragment such as ``11128 de``."""
+    head = str(pid)
+    room = width - len(head) - 1
+    if comm and len(comm) <= room:
+        return f"{head} {comm}"
+    if room >= 3 and comm:
+        return f"{head} {comm[: room - 1]}…"
+    return head[:width]
+
+
 def bar_cells(split: WaitSplit, width: int) -> list[tuple[str, int]]:
     """(segment key, cells) runs filling ``width`` cells, rounded so they sum exactly."""
     total = sum(s.pct for s in split.segments) or 1.0
@@ -189,7 +201,7 @@ class TrainerWaitBars(LineWidget):
         )
         bar_w = max(MIN_BAR_W, width - label_w - widest - 4)
         for (p, split), note in zip(shown, notes, strict=True):
-            label = f"{p.pid} {p.comm}"[:label_w].ljust(label_w)
+            label = label_text(p.pid, p.comm, label_w).ljust(label_w)
             line: Line = [(label, "wait-bars--label"), (" ▕", "")]
             for key, cells in bar_cells(split, bar_w):
                 line.append((GLYPHS[key] * cells, f"wait-bars--{key}"))

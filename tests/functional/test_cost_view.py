@@ -54,7 +54,7 @@ async def test_the_verdict_panel_says_what_the_cause_costs_and_the_gpu_hours_it_
         ), lines
         assert lines[2] == f"• {LOST_S / 3600:.2g} GPU-hours lost since {SINCE}", lines
         assert "$" not in panel.text, "no price given: GPU-hours only"
-        assert not panel.fits or len(lines) <= 3
+        # On screen folded, at the top, whatever the panel folds away.
         shown = [_line(panel, y) for y in range(3)]
         assert "costs this GPU 38%" in shown[1]
 

@@ -39,7 +39,9 @@ PANELS: tuple[type[Widget], ...] = (
     ProcessTable,
     StatusLine,
 )
-CHANGED_PID = 5000
+# A filler process whose row is on screen at every size (the third row, by CPU%).
+CHANGED_PID = 5021
+CHANGED_KEY = f"{CHANGED_PID}:3003"
 
 
 def panels(app: GputopApp) -> list[Any]:
@@ -108,13 +110,13 @@ async def test_a_tick_that_changes_one_value_renders_only_the_line_that_shows_it
         moved_repaints = repaints()
 
         table = f"ProcessTable#{id(app.table)}"
-        assert app.table.cells(f"{CHANGED_PID}:3000")["offcpu"] == "12.3"
+        assert app.table.cells(CHANGED_KEY)["offcpu"] == "12.3"
         # The one value's row is the only line drawn beyond what every tick draws.
         assert moved.pop(table) == 1, moved
         assert moved == still
         assert table not in still
         # ... and the only line repainted beyond them: the row of that process.
-        row = app.table.order.index(f"{CHANGED_PID}:3000") + 1 - app.table.scroll_offset.y
+        row = app.table.order.index(CHANGED_KEY) + 1 - app.table.scroll_offset.y
         assert moved_repaints.pop(table) == [row]
         assert moved_repaints == still_repaints
         # What a repeated frame repaints: the lines that move with time, nothing else.

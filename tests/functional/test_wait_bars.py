@@ -69,7 +69,8 @@ async def test_drilldown_lists_the_preemptors_and_keys_the_split_chart() -> None
 async def test_narrow_terminal_uses_short_names_and_the_bars_line_up() -> None:
     text = await _bar_text(make_frames(20), (60, 20))
     rows = text.splitlines()
-    assert rows[0].startswith(f"{STARVING_TRAINER_PID} pyt")
+    # The name cut where it does not fit, and said so (never a bare fragment such as "de").
+    assert rows[0].startswith(f"{STARVING_TRAINER_PID} py…")
     assert " wait " in rows[0] and " in " in rows[0] and " oth " in rows[0]
     assert all(len(r) <= 58 for r in rows)
     assert len({r.index("▏") for r in rows}) == 1

@@ -67,7 +67,7 @@ def test_a_job_running_into_its_cpu_limit_is_held_back_by_it_and_the_first_fix_r
     assert "gputop" not in fixes
     assert (
         "no process outside the job took 5% or more of the time its threads waited for a CPU"
-        " (measured; gputop itself 2%)" in text
+        " (measured: gputop 2%, charged to no recorded process 98%)" in text
     )
 
 
@@ -81,8 +81,8 @@ def test_a_hog_beside_a_capped_job_is_named_with_its_measured_share_after_the_li
     assert v.cause == "cpu_limit" and v.fixes[0].startswith("raise the job's CPU limit")
     # (80 x 40% + 2 x 75 x 35%) / (80 + 2 x 75) of the job's run-queue time.
     assert (
-        "of the time the job's threads waited for a CPU, other processes took: pid 900 python3 37%"
-        " (measured; gputop itself 2%)" in text
+        "of the time the job's threads waited for a CPU: pid 900 python3 37%; the rest: gputop"
+        " 2%, charged to no recorded process 61% (measured)" in text
     )
     renice = [f for f in v.fixes if f.startswith("renice")]
     assert renice == [
@@ -216,7 +216,8 @@ def test_the_kernels_own_count_of_throttled_periods_names_the_limit_with_the_mea
         "its CPU limit holds it back: its cgroup allows 0.25 CPUs (cpu.cfs_quota_us) and the"
         " kernel throttled it in 96% of its periods over the last 10 s (cpu.stat: 96 of 100,"
         " 17.3 s throttled over its CPUs); the trainer and its 2 DataLoader workers used 0.25"
-        " CPUs and were held back by it 64% of their time (measured at each switch-out)"
+        " CPUs; it held the trainer back 64% of its time and its workers 64% (measured at each"
+        " switch-out)"
     )
     assert v.fixes[0].startswith("raise the job's CPU limit")
 
@@ -226,7 +227,8 @@ def test_an_inferred_throttled_share_says_so_and_a_burst_is_quoted() -> None:
     assert v.cause == "cpu_limit"
     assert "allows 0.25 CPUs plus a burst of 0.1 (cpu.cfs_quota_us)" in v.evidence[1]
     assert v.evidence[1].endswith(
-        "held back by it 30% of their time (inferred from cpu.stat and their run-queue time)"
+        "it held the trainer back 30% of its time and its workers 30% (inferred from cpu.stat"
+        " and their run-queue time)"
     )
 
 

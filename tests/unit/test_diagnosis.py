@@ -464,8 +464,9 @@ def test_measured_starving_evidence_quotes_the_split_and_the_preemptors() -> Non
     assert f"trainer pid {TRAINER} waited for batches 32% of the last 4 s and for a CPU 10%" in text
     assert "woken by interrupts (GPU, timers) 50%" in text
     assert (
-        "its 2 DataLoader workers waited for a CPU 51% of the time (71% of it behind pid 900"
-        " stress and 20% behind pid 901 stress), were preempted 106/s each" in text
+        "its 2 DataLoader workers waited for a CPU 51% of the time (who took it: pid 900 stress"
+        " 71%, pid 901 stress 20%; the rest: charged to no recorded process 9%), were preempted"
+        " 106/s each" in text
     )
     assert "inferred" not in text and "busiest other processes" not in text
     fixes = "\n".join(v.fixes)

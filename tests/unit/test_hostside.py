@@ -62,8 +62,15 @@ def test_a_process_is_named_behind_the_workers_only_for_its_share_of_the_whole_j
         for pid in (4000, 4001)
     ]
     hs = side(job(t, *ws))
-    assert hs.lines[1].startswith("its 2 DataLoader workers waited for a CPU 10% of the time,")
+    # Not named, but its part of their wait is said, by kind: the whole wait is accounted for.
+    assert hs.lines[1].startswith(
+        "its 2 DataLoader workers waited for a CPU 10% of the time (who took it: other"
+        " processes 40%, charged to no recorded process 60%),"
+    )
     assert "pid 900" not in "\n".join(hs.lines)
     loud = [replace(w, preemptors=took((900, "make", 40.0))) for w in ws]
     hs = side(job(replace(t, runq_threads_pct=20.0), *loud))
-    assert "(40% of it behind pid 900 make)" in hs.lines[1], "20% of the job's wait: named"
+    assert (
+        "(who took it: pid 900 make 40%; the rest: charged to no recorded process 60%)"
+        in hs.lines[1]
+    ), "20% of the job's wait: named"
