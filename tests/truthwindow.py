@@ -17,6 +17,7 @@ per-interval table and the stalls seen, so a failure tells which of the two it w
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -29,6 +30,19 @@ LATE_TICKS = 1.5
 # A loop that finished no step for this long (and this many of its median steps) stalled.
 STALL_S = 1.0
 STALL_STEPS = 20.0
+
+
+def steal_s() -> float:
+    """Seconds the hypervisor stole from this VM's CPUs so far, all CPUs summed (/proc/stat).
+
+    The probe's on-CPU time is the guest scheduler's (switch-in to switch-out); a thread's
+    CPU clock leaves out what the hypervisor stole meanwhile
+    (CONFIG_PARAVIRT_TIME_ACCOUNTING). Over a window, the steal of all CPUs bounds how much
+    higher the probe may read a thread's time on a CPU than the thread's own clock.
+    """
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
 class ReadClock:

@@ -38,7 +38,7 @@ from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
 from tests.probeticks import attached_probe, needs_probe
 from tests.procutil import HOG, kill_all, spawn_python
 from tests.truthloop import Step, blocked_share, read_steps, running_loop, span_share
-from tests.truthwindow import ReadClock, Window
+from tests.truthwindow import ReadClock, Window, steal_s
 
 pytestmark = needs_probe(pytest.mark.torch)
 
@@ -107,13 +107,6 @@ def _step_cpu_share(steps: list[Step], t0: float, t1: float) -> float:
     return span_share(((s.next_end, s.step_end, s.step_cpu_ns) for s in steps), t0, t1)
 
 
-def _steal_s() -> float:
-    """Seconds the hypervisor stole from this VM's CPUs so far, all CPUs summed (/proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
-
-
 def _mean(values: list[float | None]) -> float:
     got = [v for v in values if v is not None]
     assert got, "no measured value in the window"
@@ -136,9 +129,9 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
             sampler.tick()
             # The library is probed from the interval after the one it was found in.
             _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
-            steal0 = _steal_s()
+            steal0 = steal_s()
             times, frames = _window(sampler, WINDOW_TICKS + 1)
-            steal = _steal_s() - steal0
+            steal = steal_s() - steal0
             steps = read_steps(out)
     finally:
         kill_all(hog_procs)
@@ -203,9 +196,16 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
         )
         print(spin.within(SYNC_POINTS, slack_above=stolen))
         print(spin.table())
-        got_spin, _ = spin.means()
+        # The comparison above means something only where the loop really spun: its own
+        # CPU clock inside the step, not a share of the sync time (how much of the call it
+        # spends on a CPU is the scheduler's business: its workers, or anything else
+        # running here, take turns with it).
+        got_spin, truth_spin = spin.means()
         _, truth_sync = sync.means()
-        assert got_spin > (5.0 if hogs else 0.5 * truth_sync), (got_spin, truth_sync)
+        assert truth_spin > 5.0 and got_spin > 5.0, (
+            f"the loop spun on a CPU {truth_spin:.1f} % of the window by its own clock"
+            f" (gputop {got_spin:.1f}), inside GPU calls {truth_sync:.1f} %: too little to compare"
+        )
     else:
         assert _mean([r.gpu_sync_spin_pct for r in rows[1:] if r]) < 5.0
         # Its blocked time inside the call is the GPU's, not "interrupt".

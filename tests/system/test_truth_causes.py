@@ -29,7 +29,7 @@ from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeProc
 from tests.probeticks import attached_probe, needs_probe, sampled
 from tests.truthloop import read_steps, running_loop, span_share
-from tests.truthwindow import ReadClock, Window
+from tests.truthwindow import ReadClock, Window, steal_s
 
 pytestmark = needs_probe(pytest.mark.torch)
 
@@ -119,7 +119,9 @@ def test_a_trainer_burning_its_own_cpu_each_step_holds_its_gpu_back(
     args = ["--standin", "cuda-sleep", "--cuda-lib", str(cuda_lib), "--workers", "2"]
     args += ["--sample-cpu-ms", "1", "--step-ms", "12", "--trainer-cpu-ms", "30", "--persistent"]
     with running_loop(tmp_path, args) as (pid, out):
+        steal0 = steal_s()
         frames, reads = _ticks(tmp_path, pid, util=24, sm=10, probe=probe)
+        steal = steal_s() - steal0
         steps = read_steps(out)
     for f in frames:
         print(f.t, f.sources.sched, len(f.gpus), [(v.state, v.cause) for v in f.verdicts])
@@ -149,4 +151,9 @@ def test_a_trainer_burning_its_own_cpu_each_step_holds_its_gpu_back(
     )
     _, clock = work.means()
     assert clock >= 55.0, clock
-    print(work.within(POINTS))
+    # The probe's on-CPU time includes what the hypervisor stole while the trainer ran; its
+    # thread CPU clock does not (tests/truthwindow.py steal_s): at most the steal of all
+    # CPUs over the window more (quiet runs here: 1.3-2.7 points above with 2-6 % stolen).
+    stolen = 100.0 * steal / (reads[-1] - reads[0])
+    print(f"steal over the window, all CPUs: {stolen:.1f} % of it")
+    print(work.within(POINTS, slack_above=stolen))
