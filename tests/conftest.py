@@ -36,6 +36,7 @@ SHAREABLE_SYSTEM_MODULES = frozenset(
         "test_detach",
         "test_doctor",
         "test_export",
+        "test_gpu_check",
         "test_loader_contract",
         "test_lost_replay",
         "test_nvml_pidns",

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.preloaded import Child, spawn
+
 # argv[1] is the multiprocessing start method; the rest is ignored (tests pass secrets there).
 TRAINER = """
 import sys, time
@@ -138,7 +140,7 @@ if __name__ == "__main__":
 @contextmanager
 def running_loop(
     directory: Path, config: dict[str, object], name: str = "loop"
-) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+) -> Iterator[tuple[subprocess.Popen[str] | Child, Path]]:
     """The self-measuring training loop (LOOP), ready; yields it and its stats file.
 
     Same session as the caller: with autogroup scheduling, CPU hogs the caller
@@ -147,11 +149,14 @@ def running_loop(
     script = directory / f"{name}.py"
     script.write_text(LOOP)
     stats = directory / f"{name}.jsonl"
-    p = subprocess.Popen(
-        [sys.executable, str(script), json.dumps(config), str(stats)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    argv = [json.dumps(config), str(stats)]
+    if config.get("start_method", "fork") != "fork":
+        # Their workers import the script as a fresh interpreter's main module.
+        p: subprocess.Popen[str] | Child = subprocess.Popen(
+            [sys.executable, str(script), *argv], stdout=subprocess.PIPE, text=True
+        )
+    else:
+        p = spawn(str(script), argv)  # torch imported already (tests/preloaded.py)
     try:
         assert p.stdout is not None
         assert p.stdout.readline() == "ready\n"

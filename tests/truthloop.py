@@ -399,19 +399,28 @@ def running_loop(directory: Path, args: Sequence[str] = ()) -> Iterator[tuple[in
     Everything it started (workers, a forkserver) is killed afterwards.
     """
     out = directory / "steps.txt"
-    p = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--out", str(out), *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    argv = ["--out", str(out), *args]
+    if any(a in ("spawn", "forkserver") for a in args):
+        # Their workers import this file as a fresh interpreter's main module.
+        p = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), *argv],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         assert p.stdout is not None
-        assert p.stdout.readline() == "ready\n", "the training loop did not start"
-        yield p.pid, out
+        pid, stdout, wait = p.pid, p.stdout, p.wait
+    else:
+        from tests.preloaded import spawn
+
+        child = spawn(__file__, argv, new_session=True)
+        pid, stdout, wait = child.pid, child.stdout, child.wait
+    try:
+        assert stdout.readline() == "ready\n", "the training loop did not start"
+        yield pid, out
     finally:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        os.killpg(pid, signal.SIGKILL)
+        wait()
 
 
 if __name__ == "__main__":
