@@ -26,7 +26,7 @@ from tests.pilotutil import Posted
 # a busy machine too: fds, programs, files, exit statuses, replays), so they may run beside
 # other tests. Every other system test is marked ``serial``: it measures against its own
 # clock or the kernel's and runs alone (scripts/install-and-test.sh runs the ``serial`` ones
-# one at a time after the rest, which run on three workers).
+# one at a time after the rest, which run on four workers).
 SHAREABLE_SYSTEM_MODULES = frozenset(
     {
         "test_bpf_handover",
