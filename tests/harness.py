@@ -8,11 +8,14 @@ first on PYTHONPATH) and text pipes. ``user_config`` writes a config file for th
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -74,3 +77,19 @@ def user_config(tmp_path: Path, text: str) -> dict[str, str]:
     (tmp_path / "gputop").mkdir(exist_ok=True)
     (tmp_path / "gputop" / "config.toml").write_text(text)
     return {"XDG_CONFIG_HOME": str(tmp_path)}
+
+
+def as_nobody() -> tuple[str, ...]:
+    """The prefix that runs a command as user nobody: ``setpriv`` as root, allowed to read
+    (only read) what root's checkout keeps in a 0700 directory, as a clean clone under a
+    private temporary directory; nothing when the tests already run as a user. Skips the
+    test where root has no ``setpriv``."""
+    if os.geteuid() != 0:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("needs setpriv to run gputop as a user other than root")
+    return (
+        setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+        "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
+    )  # fmt: skip

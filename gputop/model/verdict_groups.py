@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from gputop.model.fixes import cpu_list
 from gputop.model.frame import Cause, Verdict, VerdictState
 
 # Where a line names its own GPU: replaced by this mark while comparing GPUs.
@@ -24,16 +25,7 @@ _OWN = "\0GPU\0"
 
 def gpu_label(gpus: Iterable[int]) -> str:
     """``GPU 3``, ``GPU 0-7``, ``GPU 0,2,5-7``: GPU indices with runs as ranges."""
-    ids = sorted(set(gpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return "GPU " + ",".join(parts)
+    return "GPU " + cpu_list(gpus)  # the same list form as taskset's
 
 
 def _own(gpu: int) -> re.Pattern[str]:

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.harness import gputop_env, run_gputop
+from tests.harness import as_nobody, gputop_env, run_gputop
 
 
 def test_record_with_unknown_demo_exits_2_with_one_line() -> None:
@@ -32,17 +32,7 @@ NEEDS_ROOT = {
 @pytest.mark.parametrize("name", sorted(NEEDS_ROOT))
 def test_a_demo_that_needs_root_says_so_in_one_line_and_exits_2(name: str) -> None:
     # As root, the same command run as nobody (setpriv): the check is gputop's own, for real.
-    prefix: tuple[str, ...] = ()
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("needs setpriv to run gputop as a user other than root")
-        # Allowed to read (only read) what root's checkout keeps in a 0700 directory, as a
-        # clean clone under a private temporary directory does.
-        prefix = (
-            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
-            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
-        )  # fmt: skip
+    prefix = as_nobody()
     # A home that user can read (none: the config file's defaults).
     env = gputop_env(HOME="/nonexistent", XDG_CONFIG_HOME="/nonexistent")
     r = run_gputop("record", "--demo", name, "--duration", "1", timeout=30, prefix=prefix, env=env)

@@ -4,11 +4,8 @@ cannot run (as a user, for real: `setpriv` drops root)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import replace
 
-import pytest
 from textual.widgets import Static
 
 from gputop.app import GputopApp
@@ -17,7 +14,7 @@ from gputop.model.frame import Sources
 from gputop.screens.process import ProcessScreen
 from tests.doctorutil import row
 from tests.frames_fixture import make_frames, unmeasured
-from tests.harness import gputop_env, run_gputop
+from tests.harness import as_nobody, gputop_env, run_gputop
 
 # A filler process of the fixture: no job of anyone's, so its preemptors are not recorded.
 STRESS_PID = 5000
@@ -46,17 +43,7 @@ async def test_the_drilldown_does_not_ask_for_the_probe_while_it_is_live() -> No
 
 
 def test_doctor_as_a_user_calls_throttling_inferred_beside_a_probe_that_cannot_run() -> None:
-    if os.geteuid() != 0:
-        prefix: tuple[str, ...] = ()
-    else:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("needs setpriv to run gputop as a user other than root")
-        # Allowed to read (only read) what root's checkout keeps in a 0700 directory.
-        prefix = (
-            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
-            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
-        )  # fmt: skip
+    prefix = as_nobody()
     env = gputop_env(HOME="/nonexistent", XDG_CONFIG_HOME="/nonexistent", COLUMNS="200")
     r = run_gputop("doctor", prefix=prefix, env=env, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -4,8 +4,6 @@ user's TUI says on its status line why the eBPF probe is off and how to turn it 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from gputop.feeds import ReplayFeed
 from gputop.model.frame import Frame
 from gputop.widgets.status_line import StatusLine
 from tests.frames_fixture import PushFeed, make_frames
-from tests.harness import gputop_env, run_gputop
+from tests.harness import as_nobody, gputop_env, run_gputop
 from tests.pilotutil import Posted
 
 
@@ -55,15 +53,7 @@ async def test_the_tui_says_the_config_warning_too(posted: Posted) -> None:
 def test_a_users_status_line_says_why_the_probe_is_off_and_how_to_turn_it_on(
     tmp_path: Path,
 ) -> None:
-    prefix: tuple[str, ...] = ()
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("needs setpriv to run gputop as a user other than root")
-        prefix = (
-            setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
-            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
-        )  # fmt: skip
+    prefix = as_nobody()
     # The frames a user's gputop samples, for real: its probe refuses to load.
     r = run_gputop(
         "record", "--duration", "1", "-o", "-", prefix=prefix, timeout=60,
