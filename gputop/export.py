@@ -10,6 +10,7 @@ docs/prometheus.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import socket
@@ -439,11 +440,18 @@ class TextfileWriter:
             self.error = exc
 
     def remove(self) -> None:
-        """A stopped gputop leaves no last values that look current."""
-        try:
+        """A stopped gputop leaves no last values that look current, and no temporary file
+        of a write its stop interrupted (write_to_textfile removes one only on an Exception,
+        not on the KeyboardInterrupt or SystemExit a signal raises)."""
+        mine = f"{os.path.basename(self.path)}.{os.getpid()}."
+        directory = os.path.dirname(self.path)
+        with contextlib.suppress(OSError):
+            for name in os.listdir(directory):
+                if name.startswith(mine):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(directory, name))
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
 
 def export_command(args: argparse.Namespace, opts: Options) -> int:

@@ -75,9 +75,11 @@ def test_textfile_mode_writes_the_same_metrics_atomically_and_opens_no_port(
             c for c in psutil.Process(p.pid).net_connections("inet") if c.status == "LISTEN"
         ]
         fams = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-        leftovers = sorted(set(os.listdir(out)) - {TEXTFILE_NAME})
+        # While it runs, a write in progress has its temporary file beside the textfile
+        # (written whole, then renamed over it): what must be gone is what it leaves.
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=30)
+        leftovers = sorted(os.listdir(out))
     finally:
         stop.set()
         if p.poll() is None:
