@@ -23,9 +23,9 @@ from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gputop.api import Monitor, Options
 from gputop.errors import UsageError
 from gputop.model.frame import CAUSES, VERDICT_STATES, Frame, ProcessSample
-from gputop.runtime import Options, build_sampler
 
 MIB = 1024 * 1024
 # Label names as dcgm-exporter spells them, so its series and gputop's join with
@@ -463,7 +463,7 @@ def export_command(args: argparse.Namespace, opts: Options) -> int:
     if listen is not None:
         host, port = parse_listen(listen)
         httpd, _thread = serve(collector, host, port)
-    sampler = build_sampler(opts)
+    sampler = Monitor(opts)
     try:
         if httpd is not None:
             bound = httpd.server_address
