@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from gputop.errors import UsageError
+from gputop.model.cause_cpu import culprits as _culprits
+from gputop.model.diagnosis import Thresholds
+from gputop.model.fixes import Culprit
 from gputop.model.frame import (
     CpuLimitSample,
     Frame,
@@ -35,7 +38,9 @@ from gputop.model.frame import (
     SourceStatus,
     Verdict,
 )
+from gputop.model.job import job_of
 from gputop.model.waits import wait_split
+from gputop.model.window import aggregate_processes
 from gputop.runtime import DEFAULT_INTERVAL_S, Options, build_sampler
 from gputop.snapshot.hostfacts import collect_meta
 from gputop.snapshot.loader import Bundle
@@ -44,12 +49,15 @@ from gputop.snapshot.writer import write_bundle
 
 __all__ = [
     "Bundle",
+    "Culprit",
     "Frame",
+    "GpuCulprits",
     "Monitor",
     "Options",
     "ProcessReport",
     "UsageError",
     "Verdict",
+    "culprits",
     "load_bundle",
     "process",
     "processes",
@@ -252,3 +260,56 @@ def process(frame: Frame, pid: int) -> ProcessReport:
 def processes(frame: Frame) -> list[ProcessReport]:
     """A report on every process the frame shows in detail (jobs, GPU users, the busiest)."""
     return [process(frame, p.pid) for p in frame.processes]
+
+
+@dataclass(frozen=True)
+class GpuCulprits:
+    """What held one GPU back over a run of frames: the causes' cost and who took its CPU.
+
+    ``lost_s``: cause -> seconds of the GPU's time lost to it within the frames (the
+    sampler's ledger, ``GpuSample.lost_gpu_s``); ``states``: verdict state -> frames;
+    ``processes``: processes outside its job that took CPU from it, worst first
+    (``share_pct`` measured by the eBPF probe, else None: the busiest others, inferred).
+    """
+
+    gpu: int
+    lost_s: dict[str, float]
+    states: dict[str, int]
+    processes: tuple[Culprit, ...]
+
+
+def _lost_between(first: Frame, last: Frame, index: int) -> dict[str, float]:
+    def of(f: Frame) -> dict[str, float]:
+        for g in f.gpus:
+            if g.index == index:
+                return g.lost_gpu_s or {}
+        return {}
+
+    before, after = of(first), of(last)
+    out = {c: round(s - before.get(c, 0.0), 3) for c, s in after.items()}
+    return {c: s for c, s in sorted(out.items(), key=lambda kv: -kv[1]) if s > 0}
+
+
+def culprits(frames: Sequence[Frame], thresholds: Thresholds | None = None) -> list[GpuCulprits]:
+    """Per GPU of the last frame, what held it back over ``frames`` (oldest first)."""
+    if not frames:
+        return []
+    t = thresholds or Thresholds()
+    procs = aggregate_processes(frames)
+    out = []
+    for g in frames[-1].gpus:
+        states: dict[str, int] = {}
+        for f in frames:
+            for v in f.verdicts:
+                if v.gpu == g.index:
+                    states[v.state] = states.get(v.state, 0) + 1
+        job = job_of(g.index, procs)
+        out.append(
+            GpuCulprits(
+                gpu=g.index,
+                lost_s=_lost_between(frames[0], frames[-1], g.index),
+                states=states,
+                processes=_culprits(job, t) if job.trainers else (),
+            )
+        )
+    return out
