@@ -195,6 +195,8 @@ class ProcessReport:
     job_id: str | None
     rank: int | None
     world_size: int | None
+    slurm_job_id: str | None
+    slurm_step_id: str | None
     container_id: str | None
     pod: str | None
     sample: ProcessSample = field(repr=False)
@@ -251,6 +253,8 @@ def process(frame: Frame, pid: int) -> ProcessReport:
         job_id=p.job_id,
         rank=p.rank,
         world_size=p.world_size,
+        slurm_job_id=p.slurm_job_id,
+        slurm_step_id=p.slurm_step_id,
         container_id=p.container_id,
         pod=pod,
         sample=p,

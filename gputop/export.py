@@ -33,7 +33,10 @@ MIB = 1024 * 1024
 HOST_LABEL = "Hostname"
 GPU_LABELS = (HOST_LABEL, "gpu", "UUID", "modelName")
 # pod and namespace as dcgm-exporter names them on Kubernetes; "" outside a pod/container.
-PROC_LABELS = (HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id")
+PROC_LABELS = (
+    *(HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id"),
+    *("slurm_job_id", "slurm_step_id"),
+)
 # A distributed job's rank: job_id is the same on every node (its launcher's rendezvous id,
 # else MASTER_ADDR:MASTER_PORT), so a job's ranks meet across nodes; "job" is Prometheus's own.
 RANK_LABELS = (HOST_LABEL, "pid", "job_id", "rank")
@@ -313,6 +316,8 @@ class FrameCollector(Collector):
                 p.pod_name or "",
                 p.pod_namespace or "",
                 p.container_id or "",
+                p.slurm_job_id or "",
+                p.slurm_step_id or "",
             ]
             cpu.add_metric(labels, p.cpu_pct)
             if p.offcpu_pct is not None:

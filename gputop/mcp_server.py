@@ -165,6 +165,8 @@ def process_dict(frame: api.Frame, pid: int) -> dict[str, Any]:
         "job_id": r.job_id,
         "rank": r.rank,
         "world_size": r.world_size,
+        "slurm_job_id": r.slurm_job_id,
+        "slurm_step_id": r.slurm_step_id,
         "container_id": r.container_id,
         "pod": r.pod,
         "workers": [
