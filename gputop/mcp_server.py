@@ -24,6 +24,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from gputop import __version__, api
+from gputop.errors import UsageError
 
 KEEP_MIN = 30.0
 # How long a tool waits for the sampler's first frame after the server started.
@@ -287,7 +288,11 @@ def mcp_command(args: argparse.Namespace, opts: api.Options) -> int:
     if http is not None:
         from gputop.export import parse_listen
 
-        where = parse_listen(http)
+        try:
+            where = parse_listen(http)
+        except UsageError as exc:
+            # The exporter's rules for an address, told under this command's option.
+            raise UsageError(str(exc).replace("--listen", "--http", 1)) from None
     # Every process on the host is in each frame (as in the TUI), so any pid has a drill-down.
     monitor = api.Monitor(dataclasses.replace(opts, list_all=True))
     live = Live(monitor)

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
+import time
 from pathlib import Path
 
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
+from tests.harness import gputop_env, run_gputop, start_gputop
 from tests.mcputil import Tools, with_session
 
 TOOLS = {"verdicts", "process", "top_culprits", "write_snapshot", "read_bundle"}
@@ -108,3 +117,46 @@ def test_every_tool_answers_and_bad_arguments_are_tool_errors(
     after = seen["after"]
     assert isinstance(after, dict) and [x["gpu"] for x in after["verdicts"]] == [0]
     assert "Traceback" not in (tmp_path / "server.err").read_text()
+
+
+def test_streamable_http_serves_the_same_tools_on_loopback(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = start_gputop("mcp", "--no-bpf", "--http", f"127.0.0.1:{port}", env=gputop_env())
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with streamable_http_client(url) as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                seen["tools"] = {t.name for t in (await session.list_tools()).tools}
+                r = await session.call_tool("process", {"pid": MISSING_PID})
+                seen["error"] = r.is_error
+                r = await session.call_tool("verdicts", {})
+                seen["verdicts"] = json.loads(r.content[0].text)  # type: ignore[union-attr]
+
+    try:
+        assert p.stderr is not None
+        assert p.stderr.readline().strip() == f"gputop mcp: serving http://127.0.0.1:{port}/mcp"
+        for _ in range(100):  # uvicorn binds a moment after the line
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        anyio.run(main)
+    finally:
+        p.terminate()
+        rc = p.wait(timeout=20)
+    assert seen["tools"] == TOOLS and seen["error"] is True
+    assert isinstance(seen["verdicts"], dict) and "verdicts" in seen["verdicts"]
+    assert rc == 143  # SIGTERM: an orderly exit, the sampler closed
+
+
+@pytest.mark.parametrize("address", ["nowhere", "127.0.0.1:99999", "::1:80"])
+def test_a_bad_http_address_is_one_line_and_status_2(address: str) -> None:
+    r = run_gputop("mcp", "--no-bpf", "--http", address)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("gputop: error: --http: "), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
