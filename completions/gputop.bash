@@ -6,13 +6,13 @@ _gputop() {
     cmd=
     for ((i = 1; i < COMP_CWORD; i++)); do
         case "${COMP_WORDS[i]}" in
-            record|snapshot|demo|doctor|export) cmd=${COMP_WORDS[i]}; break ;;
+            record|snapshot|demo|doctor|export|mcp) cmd=${COMP_WORDS[i]}; break ;;
         esac
     done
     case "$prev" in
         --output|--replay|-o)
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --dcgm|--demo|--duration|--gpu-price|--host-label|--interval|--listen|--textfile|--top)
+        --dcgm|--demo|--duration|--gpu-price|--host-label|--http|--interval|--listen|--textfile|--top)
             return ;;
     esac
     case "$cmd" in
@@ -21,7 +21,8 @@ _gputop() {
         demo) COMPREPLY=($(compgen -W "--help --list -h" -- "$cur")) ;;
         doctor) COMPREPLY=($(compgen -W "--dcgm --gpu-price --help --interval --no-bpf --top -h" -- "$cur")) ;;
         export) COMPREPLY=($(compgen -W "--dcgm --demo --gpu-price --help --host-label --interval --listen --no-bpf --textfile --top -h" -- "$cur")) ;;
-        *) COMPREPLY=($(compgen -W "--dcgm --demo --gpu-price --help --interval --no-bpf --no-redact --readonly --replay --top --version -h record snapshot demo doctor export" -- "$cur")) ;;
+        mcp) COMPREPLY=($(compgen -W "--dcgm --demo --gpu-price --help --http --interval --no-bpf --top -h" -- "$cur")) ;;
+        *) COMPREPLY=($(compgen -W "--dcgm --demo --gpu-price --help --interval --no-bpf --no-redact --readonly --replay --top --version -h record snapshot demo doctor export mcp" -- "$cur")) ;;
     esac
 }
 complete -F _gputop gputop

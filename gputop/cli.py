@@ -196,6 +196,20 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "--demo", default=argparse.SUPPRESS, metavar="NAME", help="export a built-in demo scenario"
     )
+
+    mcp = sub.add_parser("mcp", help="a Model Context Protocol server for agents (stdio)")
+    _add_common(mcp, suppress=True)
+    mcp.add_argument(
+        "--http",
+        nargs="?",
+        const="127.0.0.1:19401",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve streamable HTTP instead of stdio (default address 127.0.0.1:19401)",
+    )
+    mcp.add_argument(
+        "--demo", default=argparse.SUPPRESS, metavar="NAME", help="serve a built-in demo scenario"
+    )
     return p
 
 
@@ -265,6 +279,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             from gputop.export import export_command
 
         return export_command(args, opts)
+    if args.command == "mcp":
+        with signals.deferred():
+            from gputop.mcp_server import mcp_command
+
+        return mcp_command(args, opts)
     with signals.deferred():
         from gputop.tui import run_app
 

@@ -24,9 +24,9 @@ from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gputop.api import Monitor, Options
 from gputop.errors import UsageError
 from gputop.model.frame import CAUSES, VERDICT_STATES, Frame, ProcessSample
-from gputop.runtime import Options, build_sampler
 
 MIB = 1024 * 1024
 # Label names as dcgm-exporter spells them, so its series and gputop's join with
@@ -34,7 +34,10 @@ MIB = 1024 * 1024
 HOST_LABEL = "Hostname"
 GPU_LABELS = (HOST_LABEL, "gpu", "UUID", "modelName")
 # pod and namespace as dcgm-exporter names them on Kubernetes; "" outside a pod/container.
-PROC_LABELS = (HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id")
+PROC_LABELS = (
+    *(HOST_LABEL, "pid", "comm", "role", "pod", "namespace", "container_id"),
+    *("slurm_job_id", "slurm_step_id"),
+)
 # A distributed job's rank: job_id is the same on every node (its launcher's rendezvous id,
 # else MASTER_ADDR:MASTER_PORT), so a job's ranks meet across nodes; "job" is Prometheus's own.
 RANK_LABELS = (HOST_LABEL, "pid", "job_id", "rank")
@@ -314,6 +317,8 @@ class FrameCollector(Collector):
                 p.pod_name or "",
                 p.pod_namespace or "",
                 p.container_id or "",
+                p.slurm_job_id or "",
+                p.slurm_step_id or "",
             ]
             cpu.add_metric(labels, p.cpu_pct)
             if p.offcpu_pct is not None:
@@ -471,7 +476,7 @@ def export_command(args: argparse.Namespace, opts: Options) -> int:
     if listen is not None:
         host, port = parse_listen(listen)
         httpd, _thread = serve(collector, host, port)
-    sampler = build_sampler(opts)
+    sampler = Monitor(opts)
     try:
         if httpd is not None:
             bound = httpd.server_address

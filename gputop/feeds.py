@@ -44,9 +44,10 @@ class Feed(Protocol):
 
 
 class FrameSampler(Protocol):
-    """What SamplerFeed needs of a sampler (gputop.sampler.Sampler is one)."""
+    """What SamplerFeed needs of a sampler (gputop.api.Monitor is one)."""
 
-    error: BaseException | None
+    @property
+    def error(self) -> BaseException | None: ...
 
     def start(self, on_frame: Callable[[Frame], None]) -> None: ...
 

@@ -6,25 +6,21 @@ import json
 import sys
 from typing import IO
 
-from gputop.model.frame import Frame
-from gputop.runtime import Options, build_sampler
+from gputop.api import Monitor, Options
 
 
 def record(opts: Options, out: IO[str], duration_s: float | None) -> int:
     """Write frames to ``out`` until ``duration_s`` passes or the user interrupts."""
-    sampler = build_sampler(opts)
-
-    def emit(frame: Frame) -> None:
-        out.write(json.dumps(frame.to_dict(), separators=(",", ":")) + "\n")
-        out.flush()
-
+    monitor = Monitor(opts)
     try:
-        sampler.run(emit, duration_s)
+        for frame in monitor.frames(duration_s):
+            out.write(json.dumps(frame.to_dict(), separators=(",", ":")) + "\n")
+            out.flush()
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         # The reader (e.g. `head`) went away: that is a normal way to stop.
         sys.stderr.close()
     finally:
-        sampler.close()
+        monitor.close()
     return 0

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -183,6 +183,15 @@ class Sampler:
             self.error = exc
 
     def _loop(self, on_frame: Callable[[Frame], None], duration_s: float | None) -> None:
+        for frame in self.frames(duration_s):
+            on_frame(frame)
+
+    def frames(self, duration_s: float | None = None) -> Iterator[Frame]:
+        """Tick in the calling thread and yield each frame, until stopped or ``duration_s`` passes.
+
+        The time the caller holds a frame counts as part of its tick: the next tick comes
+        ``interval`` after this one began, or at once if the caller took longer.
+        """
         self.open()
         # Prime the rate counters so the first emitted frame has real rates.
         self.tick()
@@ -190,7 +199,7 @@ class Sampler:
         next_at = start + min(self.interval_s, FIRST_FRAME_S)
         while not self._stop.wait(max(0.0, next_at - time.monotonic())):
             began = time.monotonic()
-            on_frame(self.tick())
+            yield self.tick()
             next_at = max(began + self.interval_s, time.monotonic())
             if duration_s is not None and time.monotonic() - start >= duration_s - 1e-3:
                 break

@@ -6,12 +6,12 @@ import argparse
 import dataclasses
 import sys
 
+from gputop.api import Monitor, Options
 from gputop.app import GputopApp
 from gputop.config import Config
 from gputop.driver import stop_input_threads
 from gputop.errors import UsageError
 from gputop.feeds import Feed, SamplerFeed, replay_feed
-from gputop.runtime import Options
 from gputop.signals import LoopStopper
 
 
@@ -25,12 +25,10 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
     if getattr(args, "replay", None):
         feed = replay_feed(args.replay)
     else:
-        from gputop.runtime import build_sampler
-
         # Built (nothing opened, nothing started) before the terminal is asked for, so a bad
         # --demo is told as such, terminal or not. The table lists every process (as htop
         # does), so a filter finds any of them.
-        feed = SamplerFeed(build_sampler(dataclasses.replace(opts, list_all=True)))
+        feed = SamplerFeed(Monitor(dataclasses.replace(opts, list_all=True)))
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UsageError(
             "the TUI needs a terminal; without one use `gputop record` (JSON frames) "

@@ -46,6 +46,7 @@ SHAREABLE_SYSTEM_MODULES = frozenset(
         "test_ranks_in_namespace",
         "test_roles",
         "test_roundtrip",
+        "test_slurm",
         "test_snapshot",
         "test_terminal",
     }

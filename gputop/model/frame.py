@@ -297,6 +297,10 @@ class ProcessSample:
     rank: int | None = None
     world_size: int | None = None
     local_rank: int | None = None
+    # Its SLURM job and step (strings: a step may be "batch"), from its cgroup path or its
+    # environment (sources/slurm.py); None outside SLURM.
+    slurm_job_id: str | None = None
+    slurm_step_id: str | None = None
     threads: tuple[ThreadSample, ...] = field(default=(), compare=False)
 
     @property

@@ -42,6 +42,7 @@ from gputop.model.readings import (
     ProcDetail,
     ProcScan,
     ProcStat,
+    RankEnv,
     TaskSched,
 )
 from gputop.model.roles import (
@@ -451,15 +452,28 @@ def _row(
         pod_uid=ident.pod_uid if ident else None,
         pod_name=ident.pod_name if ident else None,
         pod_namespace=ident.pod_namespace if ident else None,
+        slurm_job_id=ident.slurm.job_id if ident and ident.slurm else None,
+        slurm_step_id=ident.slurm.step_id if ident and ident.slurm else None,
     )
 
 
 def _with_rank(proc: ProcessSample, d: ProcDetail, launcher: int | None) -> ProcessSample:
     """A trainer with its distributed job and rank: from its environment where readable,
-    else its job alone from its launcher (the ranks one torchrun started on this node)."""
+    else its job alone from its launcher (the ranks one torchrun started on this node).
+
+    A rank ``srun`` started (no RANK or WORLD_SIZE, or no job named by them) takes them
+    from SLURM: SLURM_PROCID of SLURM_NTASKS, and the job ``slurm-<job>.<step>``.
+    """
     env = d.rank_env
+    slurm = d.identity.slurm if d.identity is not None else None
+    srun = slurm is not None and slurm.procid is not None and (slurm.ntasks or 0) > 1
+    if env is None and srun and slurm is not None:
+        env = RankEnv(rank=slurm.procid, local_rank=slurm.task_id, world_size=slurm.ntasks)
     if env is not None:
-        job = env.job_id or (f"launcher-{launcher}" if launcher is not None else None)
+        job = env.job_id
+        if job is None and srun and slurm is not None:
+            job = f"slurm-{slurm.job_id}.{slurm.step_id or 0}"
+        job = job or (f"launcher-{launcher}" if launcher is not None else None)
         return replace(
             proc,
             job_id=job,

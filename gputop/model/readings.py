@@ -160,14 +160,29 @@ class ProcScan:
 
 
 @dataclass(frozen=True, slots=True)
+class SlurmIdentity:
+    """A process's SLURM job and step (strings: the step may be ``batch``), from its cgroup
+    path or its environment; ``task_id``: its task on this node (``task_<t>``,
+    ``SLURM_LOCALID``); ``procid`` and ``ntasks``: its rank among the step's tasks and their
+    number (``SLURM_PROCID``, ``SLURM_NTASKS``: environment only)."""
+
+    job_id: str
+    step_id: str | None = None
+    task_id: int | None = None
+    procid: int | None = None
+    ntasks: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerIdentity:
-    """A process's container (id, runtime) and, under Kubernetes, its pod."""
+    """A process's container (id, runtime) and, under Kubernetes, its pod; its SLURM job."""
 
     container_id: str | None = None
     runtime: str | None = None
     pod_uid: str | None = None
     pod_name: str | None = None
     pod_namespace: str | None = None
+    slurm: SlurmIdentity | None = None
 
 
 @dataclass(frozen=True, slots=True)

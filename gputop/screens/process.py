@@ -295,6 +295,9 @@ class ProcessScreen(Screen[None]):
             t.append(f"  trainer {p.trainer_pid}")
         if p.job_id is not None:
             t.append(f"  {rank_text(p)}", style="bold")
+        if p.slurm_job_id is not None:
+            step = f" step {p.slurm_step_id}" if p.slurm_step_id is not None else ""
+            t.append(f"  SLURM job {p.slurm_job_id}{step}", style="bold")
         since = self.view.since_watch(p)
         t.append(f"  preempted {p.preempt_per_s:.1f}/s")
         if since is not None:

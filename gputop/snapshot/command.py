@@ -7,9 +7,7 @@ import dataclasses
 import sys
 
 from gputop.model.frame import Frame
-from gputop.runtime import Options, build_sampler
-from gputop.snapshot.hostfacts import collect_meta
-from gputop.snapshot.writer import write_bundle
+from gputop.runtime import Options
 
 # `gputop snapshot` has no top-N cap (CONTRACT.md: "all of them in snapshots"): every
 # process that used CPU in the window is in the bundle, not only the busiest 30.
@@ -18,7 +16,10 @@ ALL_PROCESSES = 1_000_000
 
 def snapshot_command(args: argparse.Namespace, opts: Options) -> int:
     """`gputop snapshot`: sample for --duration seconds, write one bundle, print its path."""
-    sampler = build_sampler(dataclasses.replace(opts, top_n=ALL_PROCESSES))
+    # Imported here: gputop.api reads and writes bundles through this package.
+    from gputop import api
+
+    sampler = api.Monitor(dataclasses.replace(opts, top_n=ALL_PROCESSES))
     frames: list[Frame] = []
     interrupted = False
     try:
@@ -31,13 +32,8 @@ def snapshot_command(args: argparse.Namespace, opts: Options) -> int:
         sampler.close()
     if not frames:
         return 130 if interrupted else 1
-    path = write_bundle(
-        frames,
-        collect_meta(statuses),
-        None,
-        None,
-        redact=not getattr(args, "no_redact", False),
-        path=args.output,
+    path = api.write_snapshot(
+        frames, statuses, redact=not getattr(args, "no_redact", False), path=args.output
     )
     print(path, file=sys.stdout, flush=True)
     return 0

@@ -1,4 +1,5 @@
-"""Which container and Kubernetes pod a process runs in, from its cgroup path.
+"""Which container and Kubernetes pod a process runs in, from its cgroup path (and which
+SLURM job: sources/slurm.py).
 
 Container runtimes and the kubelet name cgroups after what they hold, so the path
 in ``/proc/PID/cgroup`` says it without asking any daemon:
@@ -15,7 +16,8 @@ in ``/var/log/pods/<namespace>_<name>_<uid>/`` (names cannot hold ``_``), so wit
 that directory mounted (read-only) the UID gives both.
 
 ``ContainerTagger`` is the one place gputop reads this: the /proc source whose
-``details()`` also carry each shown process's identity, read once per process
+``details()`` also carry each shown process's identity (its SLURM job too, from the
+cgroup file or, failing that, its environment), read once per process
 (pid and start time) and kept while the process is shown; the join stage copies
 it into the process's row.
 """
@@ -30,6 +32,7 @@ from dataclasses import replace
 
 from gputop.model.readings import ContainerIdentity, ProcDetail, ProcScan
 from gputop.sources.procfs import ProcSource
+from gputop.sources.slurm import read_environ, slurm_of
 
 POD_LOG_ROOT = "/var/log/pods"
 # How often an unknown pod UID may trigger a new listing of the pod log directory.
@@ -148,10 +151,14 @@ class ContainerTagger(ProcSource):
         else:
             try:
                 with open(f"{self.root}/{pid}/cgroup") as fh:
-                    path = cgroup_path(fh.read())
+                    text = fh.read()
             except OSError:
-                path = None
+                text = ""
+            path = cgroup_path(text)
             ident = None if path is None else identity_from_path(path)
+            slurm = slurm_of(text, read_environ(f"{self.root}/{pid}/environ"))
+            if slurm is not None:
+                ident = replace(ident or ContainerIdentity(), slurm=slurm)
         if ident is not None and ident.pod_uid is not None and ident.pod_name is None:
             named = self.pods.lookup(ident.pod_uid)
             if named is not None:

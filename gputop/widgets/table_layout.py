@@ -82,14 +82,22 @@ def sort_label(view: TableView) -> str:
 
 
 def pod_text(p: ProcessSample) -> str:
-    """Where the process runs: namespace/pod, the pod's UID, a container id, or ""."""
+    """Where the process runs: namespace/pod, the pod's UID, a container id, its SLURM job
+    and step, or ""."""
     if p.pod_name is not None:
         return f"{p.pod_namespace}/{p.pod_name}"
     if p.pod_uid is not None:
         return f"pod {p.pod_uid[:8]}"
     if p.container_id is not None:
         return p.container_id[:12]
-    return ""
+    return slurm_text(p)
+
+
+def slurm_text(p: ProcessSample) -> str:
+    """``slurm 4242.0``: the process's SLURM job and step; "" outside SLURM."""
+    if p.slurm_job_id is None:
+        return ""
+    return f"slurm {p.slurm_job_id}" + (f".{p.slurm_step_id}" if p.slurm_step_id else "")
 
 
 def command_text(p: ProcessSample) -> str:
@@ -192,7 +200,7 @@ def role_text(p: ProcessSample) -> str:
 
 def matches(p: ProcessSample, needle: str) -> bool:
     """Case-insensitive substring match on pid, user, role (a rank's ``rankN``), its job,
-    command line and pod."""
+    command line, pod and SLURM job (``slurm 4242.0``)."""
     if not needle:
         return True
     n = needle.lower()
@@ -205,6 +213,7 @@ def matches(p: ProcessSample, needle: str) -> bool:
         or n in p.comm.lower()
         or n in p.cmdline.lower()
         or (p.pod_name is not None and n in f"{p.pod_namespace}/{p.pod_name}".lower())
+        or (p.slurm_job_id is not None and n in slurm_text(p))
     )
 
 

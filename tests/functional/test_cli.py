@@ -99,6 +99,7 @@ def test_core_modules_never_import_textual():
         "gputop.signals",
         "gputop.sampler",
         "gputop.runtime",
+        "gputop.api",
         "gputop.record",
         "gputop.procctl",
         "gputop.cli",
