@@ -51,6 +51,7 @@ from gputop.model.roles import (
     process_role_from_comm,
     thread_role_from_comm,
 )
+from gputop.model.workers import with_workers_time
 
 # How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
 TRAINER_GRACE_S = 10.0
@@ -289,7 +290,7 @@ class HostJoin:
             out.extend(rows)
         if probe is not None:
             out = [_with_preemptors(p, probe, scan.procs) for p in out]
-        out = _inferred_throttling(out, dt)
+        out = with_workers_time(_inferred_throttling(out, dt))
         out.sort(key=lambda p: p.pid)
         self._thread_trainers = thread_trainers
         procs = scan.procs
@@ -331,6 +332,7 @@ class HostJoin:
                 wait_irq_pct=_pct(m.wait_irq_ns, pdt),
                 wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
                 wait_collective_pct=_pct(m.wait_collective_ns, pdt),
+                net_wait_pct=_pct(m.wait_net_ns, pdt),
                 wait_pending_pct=_pct(m.wait_pending_ns, pdt),
                 runq_after_input_pct=_pct(m.runq_after_input_ns, pdt),
                 sched_source="bpf",

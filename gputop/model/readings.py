@@ -74,6 +74,9 @@ class TaskSched:
     # Woken by a collective-communication thread of its own process (gloo's): inside a
     # collective, waiting for the other ranks.
     wait_collective_ns: int = 0
+    # Woken by network receive processing (the NET_RX softirq, or a network socket's
+    # data-ready): waiting on a remote peer's data.
+    wait_net_ns: int = 0
     # Blocked and not (yet) known who woke it: still asleep at the read, or its
     # waking was not seen. Time reported here is not reported again when the
     # waker becomes known.

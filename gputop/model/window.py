@@ -194,6 +194,8 @@ class ProcAgg:
     """Of ``runq_pct``: held back by its cgroup's CPU limit."""
     io_wait_pct: float | None = None
     """Of the blocked time: in uninterruptible sleep (mostly disk I/O)."""
+    net_wait_pct: float | None = None
+    """Of the blocked time: until network receive processing woke it (a remote peer's data)."""
     cpu_throttled_source: str | None = None
     """"bpf" (measured) or "cpu.stat" (inferred); None: not told."""
     limit: LimitAgg | None = None
@@ -389,6 +391,7 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             runq_threads_pct=mean(p.runq_threads_pct for p in ps),
             cpu_throttled_pct=mean(p.cpu_throttled_pct for p in ps),
             io_wait_pct=mean(p.io_wait_pct for p in ps),
+            net_wait_pct=mean(p.net_wait_pct for p in ps),
             cpu_throttled_source=next(
                 (p.cpu_throttled_source for p in reversed(ps) if p.cpu_throttled_source), None
             ),
