@@ -17,7 +17,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-REPLY_BYTES = 4096
+from tests.truthloop import REMOTE_REPLY
+
+# One size for every client, truthloop's DataLoader workers included.
+REPLY_BYTES = REMOTE_REPLY
 
 SERVER = """
 import socket, sys, threading, time

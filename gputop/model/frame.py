@@ -34,6 +34,7 @@ Cause = Literal[
     "cpu_limit",
     "input_compute",
     "input_storage",
+    "input_remote",
     "trainer_work",
     "straggler",
     "gpu_side",
@@ -209,6 +210,20 @@ class OpenStorage:
 
 
 @dataclass(frozen=True, slots=True)
+class NetPeer:
+    """The remote end of a process's established TCP connection (``gputop/sources/sockets.py``)."""
+
+    address: str
+    """``10.0.4.12``, ``2001:db8::7`` (an IPv4-mapped IPv6 address as IPv4)."""
+    port: int
+
+    def describe(self) -> str:
+        """``10.0.4.12:9000``, ``[2001:db8::7]:9000``."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersTime:
     """Where a trainer's DataLoader workers spent the interval: each part the mean share of
     one worker's main thread (the parts sum to 100), measured as the trainer's own split."""
@@ -301,6 +316,10 @@ class ProcessSample:
     """Main thread blocked until network receive processing woke it (the NET_RX softirq, or
     a network socket's data-ready): waiting on a remote peer, % of the interval (part of
     ``blocked_pct``); None without the probe."""
+    peers: tuple[NetPeer, ...] | None = None
+    """Whom it reads from over the network: the peers of its established TCP connections,
+    read when a training job's process waited on the network the interval before; None
+    where not read this tick."""
     workers_time: WorkersTime | None = None
     """A trainer's DataLoader workers' time split, the mean of theirs; None for every other
     process and for a trainer without workers."""

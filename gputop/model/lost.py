@@ -145,7 +145,7 @@ def _input(p: ProcAgg, job: Job, host: HostAgg, cause: Cause) -> tuple[LostPart,
     if p.data_wait_pct is None:
         return ()
     wait = p.data_wait_pct
-    if cause == "input_storage":
+    if cause in ("input_storage", "input_remote"):
         wait = min(wait, max(0.0, 100.0 - step_floor(job, host, reads=False)))
     return (LostPart("batches", LABELS["input"], wait, cause),)
 
@@ -172,7 +172,7 @@ def _collective(p: ProcAgg, cause: Cause) -> tuple[LostPart, ...]:
 def _trainer_parts(p: ProcAgg, job: Job, host: HostAgg, cause: Cause) -> tuple[LostPart, ...]:
     if cause in ("cpu_contention", "cpu_limit"):
         return _starved(p, job, host, cause)
-    if cause in ("input_storage", "input_compute"):
+    if cause in ("input_storage", "input_remote", "input_compute"):
         return _input(p, job, host, cause)
     if cause == "trainer_work":
         return _own_work(p, job, host, cause)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gputop.model.frame import HostSample, OpenStorage, ProcessSample, ThreadSample
+from gputop.model.frame import HostSample, NetPeer, OpenStorage, ProcessSample, ThreadSample
 from gputop.model.probe_abi import GroupT, ThreadT
 
 
@@ -245,6 +245,8 @@ class ProcDetail:
     identity: ContainerIdentity | None = None
     # What it had open for reading, read when a training job's process was in D state.
     storage: tuple[OpenStorage, ...] | None = None
+    # Its TCP peers, read when a training job's process waited on the network last tick.
+    peers: tuple[NetPeer, ...] | None = None
     # Its distributed rank, from /proc/PID/environ (training jobs only; None: not a rank,
     # or its environment is not readable).
     rank_env: RankEnv | None = None

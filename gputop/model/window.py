@@ -11,16 +11,20 @@ import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gputop.model.frame import (
     Frame,
     GpuSample,
     HostSample,
+    NetPeer,
     OpenStorage,
     Preemptor,
     ProcessSample,
     Role,
 )
+
+T = TypeVar("T")
 
 # Clock-event reasons that do not slow a busy GPU down (NVML reports them as
 # "reasons" too, but they are the GPU idling or following a setting).
@@ -150,18 +154,23 @@ def _limit_agg(ps: list[ProcessSample]) -> LimitAgg | None:
     )
 
 
-def _storage_seen(ps: list[ProcessSample]) -> tuple[tuple[OpenStorage, int], ...] | None:
-    seen: dict[OpenStorage, int] = {}
+def _seen(lists: Iterable[tuple[T, ...] | None]) -> tuple[tuple[T, int], ...] | None:
+    """Each item of the lists with the ticks it was seen in, most first; None: none read."""
+    seen: dict[T, int] = {}
     read = False
-    for p in ps:
-        if p.storage is None:
+    for items in lists:
+        if items is None:
             continue
         read = True
-        for s in p.storage:
+        for s in items:
             seen[s] = seen.get(s, 0) + 1
     if not read:
         return None
     return tuple(sorted(seen.items(), key=lambda kv: -kv[1]))
+
+
+def _storage_seen(ps: list[ProcessSample]) -> tuple[tuple[OpenStorage, int], ...] | None:
+    return _seen(p.storage for p in ps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +205,9 @@ class ProcAgg:
     """Of the blocked time: in uninterruptible sleep (mostly disk I/O)."""
     net_wait_pct: float | None = None
     """Of the blocked time: until network receive processing woke it (a remote peer's data)."""
+    peers: tuple[tuple[NetPeer, int], ...] | None = None
+    """Its TCP peers while it waited on the network, with the ticks each was seen in (most
+    first); None: never read in the window."""
     cpu_throttled_source: str | None = None
     """"bpf" (measured) or "cpu.stat" (inferred); None: not told."""
     limit: LimitAgg | None = None
@@ -397,6 +409,7 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             ),
             limit=_limit_agg(ps_all),
             storage=_storage_seen(ps_all),
+            peers=_seen(p.peers for p in ps_all),
             gputop=is_gputop(last.comm, last.cmdline),
             wait_collective_pct=mean(p.wait_collective_pct for p in ps),
             job_id=last.job_id,

@@ -135,6 +135,17 @@ def io_line(p: ProcessSample) -> str | None:
     return f"{line}, reading {reading}" if reading else line
 
 
+def net_line(p: ProcessSample) -> str | None:
+    """Its share of the interval waiting on the network (measured by the probe) and whom it
+    read from; None where it did not wait on the network."""
+    if not p.net_wait_pct or round(p.net_wait_pct) < 1:
+        return None
+    line = f"waiting on the network {p.net_wait_pct:.0f}% of the interval"
+    if p.peers:
+        line += ", reading from " + ", ".join(q.describe() for q in p.peers) + " (tcp)"
+    return line
+
+
 def workers_time_line(p: ProcessSample) -> str | None:
     """A trainer's DataLoader workers' time split (the mean of one worker), or None."""
     wt = p.workers_time
@@ -175,6 +186,9 @@ def wait_lines(p: ProcessSample, probe_live: bool = False) -> list[str]:
     io = io_line(p)
     if io is not None:
         lines.append(io)
+    net = net_line(p)
+    if net is not None:
+        lines.append(net)
     workers = workers_time_line(p)
     if workers is not None:
         lines.append(workers)

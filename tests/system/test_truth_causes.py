@@ -1,9 +1,13 @@
-"""Two causes against workloads that know their truth, with the real eBPF probe (root):
+"""Causes against workloads that know their truth, with the real eBPF probe (root):
 
 * storage: real PyTorch DataLoader workers reading a loop device with O_DIRECT, whose
   reads the v1 blkio controller caps (blkio.throttle.read_iops_device), each timing its own
   reads with ``perf_counter``: ``input_bound``, cause ``input_storage``, the workers' I/O
   wait within 5 points of their own clocks, the fix that overlaps reads first;
+* a remote source: real DataLoader workers fetching every sample from a local TCP server
+  that answers after 8 ms (tests/netutil.py), each timing its own requests: ``input_bound``,
+  cause ``input_remote`` naming the server's address, the workers' network wait within 5
+  points of their own clocks, no "cheaper batch" fix;
 * the trainer's own work: a loop burning a set CPU time per step between ``next()`` and
   its GPU wait in the fake ``libcuda`` (tests/fakecuda/): ``host_bound``, cause
   ``trainer_work``, its work share within 5 points of its own thread CPU clock outside the
@@ -27,6 +31,7 @@ from gputop.sources.sched_probe import BpfSchedProbe
 from tests.cgrouputil import blkio_hierarchy, read_throttled_loop_device
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeProc
+from tests.netutil import slow_server
 from tests.probeticks import attached_probe, needs_probe, sampled
 from tests.truthloop import read_steps, running_loop, span_share
 from tests.truthwindow import ReadClock, Window
@@ -110,6 +115,46 @@ def test_workers_reading_a_throttled_disk_make_the_input_wait_on_storage(
         _, clock = io.means()
         assert clock >= 50.0, f"the throttle did not hold the reads: {clock:.1f}%"
         print(io.within(POINTS))
+
+
+def test_workers_reading_from_a_slow_server_make_the_input_wait_on_the_network(
+    probe: BpfSchedProbe, tmp_path: Path
+) -> None:
+    with slow_server(0.008) as (host, port):
+        args = ["--workers", "2", "--sample-cpu-ms", "0.5", "--batch-size", "4"]
+        args += ["--step-ms", "6", "--persistent", "--remote", f"{host}:{port}"]
+        with running_loop(tmp_path, args) as (pid, out):
+            frames, reads = _ticks(tmp_path, pid, util=30, sm=10, probe=probe)
+            steps = read_steps(out)
+    for f in frames:
+        print(f.t, f.sources.sched, len(f.gpus), [(v.state, v.cause) for v in f.verdicts])
+    (third,) = frames[FIRST].verdicts
+    assert (third.state, third.cause) == ("input_bound", "input_remote"), third
+    (last,) = frames[-1].verdicts
+    assert (last.state, last.cause) == ("input_bound", "input_remote"), last
+    print(last.evidence, last.fixes)
+    assert f"reading from {host}:{port} (tcp)" in "\n".join(last.evidence), last.evidence
+    assert last.fixes[0].startswith("raise num_workers from 2 toward 4"), last.fixes
+    assert not any("cheaper" in f for f in last.fixes), last.fixes
+    # Each worker's network wait, interval by interval, against its own time inside
+    # requests over that same interval (stalled intervals left out and named).
+    win = Window(reads, [s.step_end for s in steps], TICK_S)
+    workers = _rows(frames, lambda p: p.role == "dataloader" and p.trainer_pid == pid)
+    pids = {p.pid for row in workers[FIRST:] for p in row}
+    assert len(pids) == 2, workers
+    for w in sorted(pids):
+        got = [next((p.net_wait_pct for p in row if p.pid == w), None) for row in workers]
+        log = Path(f"{out}.reads.{w}")
+        net = win.compare(
+            f"worker {w}: net_wait_pct", got, lambda a, b, log=log: _clock_share(log, a, b), FIRST
+        )
+        assert all(r.gputop is not None for r in net.rows), net.table()
+        _, clock = net.means()
+        assert clock >= 50.0, f"the server did not hold the requests: {clock:.1f}%"
+        print(net.within(POINTS))
+    # The trainer's own workers_time says the same, per tick.
+    trainer = [next(p for p in f.processes if p.pid == pid) for f in frames[FIRST:]]
+    assert all(t.workers_time is not None and t.workers_time.workers == 2 for t in trainer)
 
 
 def test_a_trainer_burning_its_own_cpu_each_step_holds_its_gpu_back(

@@ -346,6 +346,30 @@ def test_network_wait_is_the_main_threads_and_the_trainer_carries_its_workers_sp
     assert wt is None or (wt.net_wait_pct is None and wt.io_wait_pct is None)
 
 
+def test_a_job_process_that_waited_on_the_network_has_its_peers_read_the_next_tick() -> None:
+    from dataclasses import replace
+
+    from gputop.model.frame import NetPeer
+
+    j = HostJoin()
+    waits = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={},
+        per_tid={WORKER: TaskSched(blocked_ns=900 * MS, wait_net_ns=800 * MS)},
+    )
+    choice, _ = tick(j, job(), waits)
+    assert choice.peers == frozenset(), "nothing waited before the first probe reading"
+    choice = j.choose(job(), 2.0, (), lambda pid, start: "python train.py")
+    assert choice.peers == {WORKER}, "the worker waited on the network: read its sockets"
+    peer = NetPeer("10.0.4.12", 9000)
+    details = {pid: detail(thread(pid)) for pid in choice.detail}
+    details[WORKER] = replace(details[WORKER], peers=(peer,))
+    got = j.join(job(), choice, details, {}, None)
+    assert {p.pid: p.peers for p in got.processes}[WORKER] == (peer,)
+    # A quiet interval (no probe, no network wait): not read again.
+    assert j.choose(job(), 3.0, (), lambda pid, start: "python train.py").peers == frozenset()
+
+
 def test_a_ranks_environment_names_its_job_and_its_launcher_names_it_where_unreadable() -> None:
     from dataclasses import replace
 

@@ -323,6 +323,20 @@ def test_the_disk_io_line_says_what_was_measured_and_what_was_read() -> None:
     )
 
 
+def test_a_workers_drill_down_says_how_long_it_waited_on_the_network_and_for_whom() -> None:
+    from gputop.model.frame import NetPeer
+    from gputop.screens.process import net_line
+
+    p = replace(make_frames(1)[0].processes[0], net_wait_pct=None, peers=None)
+    assert net_line(p) is None and net_line(replace(p, net_wait_pct=0.2)) is None
+    assert net_line(replace(p, net_wait_pct=84.6)) == "waiting on the network 85% of the interval"
+    peers = (NetPeer("127.0.0.1", 41825), NetPeer("2001:db8::7", 443))
+    assert net_line(replace(p, net_wait_pct=84.6, peers=peers)) == (
+        "waiting on the network 85% of the interval, reading from 127.0.0.1:41825,"
+        " [2001:db8::7]:443 (tcp)"
+    )
+
+
 def test_a_trainers_drill_down_says_where_its_workers_spend_their_time() -> None:
     from gputop.model.frame import WorkersTime
     from gputop.screens.process import workers_time_line
