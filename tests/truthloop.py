@@ -55,7 +55,8 @@ class Work:
     O_DIRECT (no page cache), and the worker appends "unix_time total_read_s monotonic_time"
     after each read to ``{reads_to}.{its pid}`` (its own clock, ``perf_counter``).
     ``remote``: each sample is fetched from this ``host:port`` instead (one request line,
-    a reply of ``REMOTE_REPLY`` bytes: tests/netutil.py's server), logged the same way.
+    a reply of ``REMOTE_REPLY`` bytes: tests/netutil.py's server), logged the same way with
+    its time blocked inside requests (wall time less its CPU time and run-queue wait).
     """
 
     def __init__(
@@ -96,12 +97,17 @@ class Work:
             host, _, port = self.remote.rpartition(":")
             self._sock = socket.create_connection((host, int(port)))
             self._log = open(f"{self.reads_to}.{os.getpid()}", "a", buffering=1)
-        t0 = time.perf_counter()
+            self._tid = threading.get_native_id()
+        # Blocked inside the request: its wall time less its CPU time and its wait for a CPU
+        # (schedstat), what is left of the request once the reply arrived.
+        t0, c0, r0 = time.perf_counter(), time.thread_time_ns(), _run_delay_ns(self._tid)
         self._sock.sendall(b"get\n")
         got = 0
         while got < REMOTE_REPLY:
             got += len(self._sock.recv(65536))
-        self._read_s += time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        cpu_runq = (time.thread_time_ns() - c0) + (_run_delay_ns(self._tid) - r0)
+        self._read_s += max(0.0, wall - cpu_runq / 1e9)
         self._log.write(f"{time.time()} {self._read_s} {time.perf_counter()}\n")
 
     def __getitem__(self, i: int) -> object:
@@ -246,6 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--epoch-len", type=int, default=10**9)
     ap.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
     ap.add_argument(
+        "--autogroup-nice",
+        type=int,
+        default=None,
+        help="weigh the loop's session (its autogroup) like this nice value (root): a shared"
+        " machine's other sessions then take less of the CPU the loop needs",
+    )
+    ap.add_argument(
         "--no-next",
         action="store_true",
         help="start the workers, then only run the stand-in (never take a batch)",
@@ -268,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.cgroup_procs).write_text(str(os.getpid()))  # the workers inherit it
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    if args.autogroup_nice is not None:
+        Path("/proc/self/autogroup").write_text(str(args.autogroup_nice))
     dl = DataLoader(
         Work(args.sample_cpu_ms, args.epoch_len, args.read_dev, args.out + ".reads", args.remote),  # type: ignore[arg-type]
         num_workers=args.workers,
