@@ -46,6 +46,7 @@ static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
 static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *unsafe_ptr) = (void *)113;
 
 #define GT_ANY 0      // BPF_ANY
 #define GT_NOEXIST 1  // BPF_NOEXIST
@@ -90,6 +91,13 @@ struct task_struct {
 } __attribute__((preserve_access_index));
 struct task_struct___pre514 {
     long state;
+} __attribute__((preserve_access_index));
+// The one socket field the probe reads (sock:sk_data_ready's socket): its address family.
+struct sock_common {
+    unsigned short skc_family;
+} __attribute__((preserve_access_index));
+struct sock {
+    struct sock_common __sk_common;
 } __attribute__((preserve_access_index));
 
 #define GT_FIELD_EXISTS(field) __builtin_preserve_field_info(field, 2 /* BPF_FIELD_EXISTS */)
@@ -166,6 +174,15 @@ static __always_inline u32 gt_switch_how(u64 *args) {
 #define GT_EXEC_TGID(args) gt_task_pid((args)[0])
 // A program user space attaches to several tracepoints by name (raw, no arguments read).
 #define GT_PROGRAM(name) SEC("raw_tp") int name(void *ctx)
+// A raw tracepoint's arguments: softirq_entry/exit's vector number, sk_data_ready's socket.
+#define GT_SOFTIRQ_VEC(ctx) ((u32)((u64 *)(ctx))[0])
+static __always_inline u32 gt_sk_family(void *ctx) {
+    struct sock *sk = (void *)((u64 *)ctx)[0];
+    unsigned short family = 0;
+    bpf_probe_read_kernel(&family, sizeof(family), &sk->__sk_common.skc_family);
+    return family;
+}
+#define GT_SK_FAMILY(ctx) gt_sk_family(ctx)
 // Programs user space attaches as uprobes / uretprobes (kprobe-type programs).
 #define GT_UPROBE(name) SEC("uprobe") int name(void *ctx)
 #define GT_URETPROBE(name) SEC("uretprobe") int name(void *ctx)
@@ -224,6 +241,19 @@ const char gputop_inputs_sha256[] SEC("gputop.inputs") = GPUTOP_INPUTS_SHA256;
 #define GT_WAKEE_CPU(args) ((args)->target_cpu)
 #define GT_EXEC_TGID(args) ((args)->pid)
 #define GT_PROGRAM(name) int name(void *ctx)
+// The records of the tracepoints a GT_PROGRAM reads (their layout since they were added:
+// the 8-byte common header, then the event's own fields).
+struct gt_softirq_rec {
+    u64 common;
+    u32 vec;
+};
+struct gt_sk_data_ready_rec {
+    u64 common;
+    u64 skaddr;
+    u16 family;
+};
+#define GT_SOFTIRQ_VEC(ctx) (((struct gt_softirq_rec *)(ctx))->vec)
+#define GT_SK_FAMILY(ctx) (((struct gt_sk_data_ready_rec *)(ctx))->family)
 #define GT_UPROBE(name) int name(struct pt_regs *ctx)
 #define GT_URETPROBE(name) int name(struct pt_regs *ctx)
 

@@ -10,7 +10,8 @@
 #define WAKE_OTHER 4
 #define WAKE_SYNC 5
 #define WAKE_COLLECTIVE 6
-#define WAKE_CLASSES 7
+#define WAKE_NET 7
+#define WAKE_CLASSES 8
 #define PIPE_COLLECTIVE 2147483648
 #define HIST_SLOTS 40
 #define WAIT_SLOTS 4
@@ -42,7 +43,7 @@ struct thread_t {
     u32 longest_ep[2];
     u32 tgid;
     u32 runnable;  // state at the last switch-out
-    u64 wait_ns[7];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
+    u64 wait_ns[8];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
     u64 sync_since;  // when the outermost CUDA synchronization call in progress began
     u64 sync_ns;  // time inside CUDA synchronization calls that have returned
     u64 sync_oncpu_ns;  // of which on a CPU (spinning)
@@ -103,7 +104,11 @@ struct waiters_t {
 
 struct irq_depth_t {
     u32 depth;
-    u32 pad[15];
+    u32 net_rx_at;  // the depth at which the NET_RX softirq runs on this CPU; 0: not in it
+    u32 ready_tid;  // who last signalled a network socket's data-ready here (sock:sk_data_ready)
+    u32 ready_depth;  // at which interrupt depth
+    u64 ready_ts;  // and when
+    u32 pad[10];
 };
 
 struct probe_config {

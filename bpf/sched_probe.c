@@ -7,7 +7,10 @@
 // threads, another thread of its process, interrupt context, another process); sched:sched_wakeup stamps when it became runnable
 // again; sched:sched_process_exit frees entries. The irq, softirq, timer and
 // x86 vector entry/exit tracepoints only keep a per-CPU interrupt nesting depth,
-// so a wake-up raised in an interrupt is never blamed on the task it interrupted.
+// so a wake-up raised in an interrupt is never blamed on the task it interrupted;
+// the softirq pair also marks network receive processing (NET_RX), and
+// sock:sk_data_ready a network socket's data-ready outside it: a wake-up by either
+// ended a wait for a remote peer's data.
 // Uprobes on the CUDA driver's synchronizing calls (attached by user space to the
 // libcuda each watched trainer maps) mark a thread as inside one: all its time
 // there, on a CPU (spinning), runnable or blocked, is waiting for the GPU.
@@ -36,6 +39,15 @@
 // of an exiting task).
 
 #include "dialect.h"
+
+// include/linux/interrupt.h: the network receive softirq's number (unchanged since 2.6).
+#define NET_RX_SOFTIRQ 3
+// include/linux/socket.h: the internet address families.
+#define AF_INET 2
+#define AF_INET6 10
+// A waking this soon after a socket's data-ready, by the same task at the same interrupt
+// depth, is that data-ready's (the wake-up follows it within microseconds).
+#define NET_READY_NS 50000
 
 // Per thread, keyed by tid.
 GT_HASH(threads, u32, struct thread_t, MAX_THREADS);
@@ -422,10 +434,24 @@ static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
     return 1;
 }
 
-static __always_inline u32 *irq_depth_slot(void) {
+static __always_inline struct irq_depth_t *irq_ctx(void) {
     u32 cpu = bpf_get_smp_processor_id();
-    struct irq_depth_t *d = GT_LOOKUP(irq_depth, &cpu);
-    return d ? &d->depth : NULL;
+    return GT_LOOKUP(irq_depth, &cpu);
+}
+
+// Whether `waker` (at interrupt depth `depth`) wakes from network receive processing:
+// inside the NET_RX softirq at its own depth (a hard interrupt nested in it is not), or
+// right after it signalled a network socket's data-ready on this CPU at this depth (the
+// receive path outside the softirq: threaded NAPI, busy polling, a socket's backlog run
+// by the thread that held its lock).
+static __always_inline int net_receive(struct irq_depth_t *d, u32 waker, u32 depth) {
+    if (!d)
+        return 0;
+    if (d->net_rx_at != 0 && d->net_rx_at == depth)
+        return 1;
+    if (d->ready_ts == 0 || d->ready_tid != waker || d->ready_depth != depth)
+        return 0;
+    return bpf_ktime_get_ns() - d->ready_ts <= NET_READY_NS;
 }
 
 // Who is waking a blocked, tracked thread. It fires in the waker's context
@@ -435,15 +461,17 @@ static __always_inline int on_waking(u32 tid) {
     struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (!t || t->out_ts == 0 || t->runnable || t->wake_class != WAKE_NONE)
         return 1;
-    u32 *depth = irq_depth_slot();
+    struct irq_depth_t *d = irq_ctx();
+    u32 depth = d ? d->depth : 0;
     u64 id = bpf_get_current_pid_tgid();
     u32 waker = id;
     u32 waker_tgid = id >> 32;
     u32 cls;
-    if ((depth && *depth > 0) || waker == 0) {
+    if (depth > 0 || waker == 0) {
         // In an interrupt "current" is whatever ran when it hit: not the waker.
         // The idle task wakes nobody by itself: an untraced interrupt vector.
-        cls = WAKE_IRQ;
+        // Network receive processing runs as a softirq: data for a socket it waits on.
+        cls = net_receive(d, waker, depth) ? WAKE_NET : WAKE_IRQ;
     } else {
         u32 *feeds = GT_LOOKUP(pipeline, &waker);
         if (!feeds)
@@ -452,6 +480,8 @@ static __always_inline int on_waking(u32 tid) {
             cls = WAKE_INPUT;
         else if (feeds && *feeds == (t->tgid | PIPE_COLLECTIVE))
             cls = WAKE_COLLECTIVE;
+        else if (net_receive(d, waker, 0))
+            cls = WAKE_NET;
         else if (waker_tgid == t->tgid)
             cls = WAKE_THREAD;
         else {
@@ -534,16 +564,16 @@ GT_SCHED_EVENT(sched_process_exec) {
 // on interrupts. Hard interrupts do not nest, nor do softirqs, so an event's own
 // program is never interrupted by the same event.
 static __always_inline int irq_enter(void) {
-    u32 *depth = irq_depth_slot();
-    if (depth)
-        *depth += 1;
+    struct irq_depth_t *d = irq_ctx();
+    if (d)
+        d->depth += 1;
     return 1;
 }
 
 static __always_inline int irq_exit(void) {
-    u32 *depth = irq_depth_slot();
-    if (depth && *depth > 0)
-        *depth -= 1;
+    struct irq_depth_t *d = irq_ctx();
+    if (d && d->depth > 0)
+        d->depth -= 1;
     return 1;
 }
 
@@ -555,8 +585,47 @@ static __always_inline int irq_exit(void) {
         return irq_exit();                \
     }
 
+// Softirqs also say which one runs: NET_RX (network receive processing) is marked at
+// the depth it runs at. Softirqs do not nest, so the next softirq exit at that depth
+// is its own.
+GT_PROGRAM(on_softirq_entry) {
+    struct irq_depth_t *d = irq_ctx();
+    if (!d)
+        return 1;
+    d->depth += 1;
+    if (GT_SOFTIRQ_VEC(ctx) == NET_RX_SOFTIRQ)
+        d->net_rx_at = d->depth;
+    return 1;
+}
+
+GT_PROGRAM(on_softirq_exit) {
+    struct irq_depth_t *d = irq_ctx();
+    if (!d)
+        return 1;
+    if (d->net_rx_at == d->depth)
+        d->net_rx_at = 0;
+    if (d->depth > 0)
+        d->depth -= 1;
+    return 1;
+}
+
+// sock:sk_data_ready (Linux 6.6+; attached where the kernel has it): data has arrived
+// on a socket and its waiters are about to be woken, in this context. Only the
+// network's families: a Unix socket or netlink is local, not a remote read.
+GT_PROGRAM(on_sk_data_ready) {
+    u32 family = GT_SK_FAMILY(ctx);
+    if (family != AF_INET && family != AF_INET6)
+        return 1;
+    struct irq_depth_t *d = irq_ctx();
+    if (!d)
+        return 1;
+    d->ready_tid = (u32)bpf_get_current_pid_tgid();
+    d->ready_depth = d->depth;
+    d->ready_ts = bpf_ktime_get_ns();
+    return 1;
+}
+
 GT_IRQ_PAIR(irq_handler)
-GT_IRQ_PAIR(softirq)
 GT_IRQ_PAIR(hrtimer_expire)
 GT_IRQ_PAIR(timer_expire)
 GT_IRQ_PAIR(local_timer)

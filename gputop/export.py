@@ -345,6 +345,7 @@ class FrameCollector(Collector):
                 ("irq", p.wait_irq_pct),
                 ("other", p.wait_other_pct),
                 ("collective", p.wait_collective_pct),
+                ("net", p.net_wait_pct),
             ):
                 if pct is not None:
                     wait.add_metric([*labels, reason], pct)

@@ -11,6 +11,7 @@ CAUSES = {
     "cpu_limit",
     "input_compute",
     "input_storage",
+    "input_remote",
     "trainer_work",
     "straggler",
     "gpu_side",

@@ -29,6 +29,7 @@ import argparse
 import mmap
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +38,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+REMOTE_REPLY = 4096  # bytes a --remote server answers each request with (tests/netutil.py)
 
 
 def _busy(cpu_s: float) -> None:
@@ -51,16 +54,26 @@ class Work:
     ``read_dev``: each sample also reads one random 4 KiB block of this device with
     O_DIRECT (no page cache), and the worker appends "unix_time total_read_s monotonic_time"
     after each read to ``{reads_to}.{its pid}`` (its own clock, ``perf_counter``).
+    ``remote``: each sample is fetched from this ``host:port`` instead (one request line,
+    a reply of ``REMOTE_REPLY`` bytes: tests/netutil.py's server), logged the same way with
+    its time blocked inside requests (wall time less its CPU time and run-queue wait).
     """
 
     def __init__(
-        self, sample_cpu_ms: float, epoch_len: int, read_dev: str | None = None, reads_to: str = ""
+        self,
+        sample_cpu_ms: float,
+        epoch_len: int,
+        read_dev: str | None = None,
+        reads_to: str = "",
+        remote: str | None = None,
     ) -> None:
         self.sample_cpu_ms = sample_cpu_ms
         self.epoch_len = epoch_len
         self.read_dev = read_dev
         self.reads_to = reads_to
+        self.remote = remote
         self._fd = -1
+        self._sock: socket.socket | None = None
         self._read_s = 0.0
 
     def __len__(self) -> int:
@@ -78,11 +91,32 @@ class Work:
         self._read_s += time.perf_counter() - t0
         self._log.write(f"{time.time()} {self._read_s} {time.perf_counter()}\n")
 
+    def _fetch(self) -> None:
+        if self._sock is None:
+            assert self.remote is not None
+            host, _, port = self.remote.rpartition(":")
+            self._sock = socket.create_connection((host, int(port)))
+            self._log = open(f"{self.reads_to}.{os.getpid()}", "a", buffering=1)
+            self._tid = threading.get_native_id()
+        # Blocked inside the request: its wall time less its CPU time and its wait for a CPU
+        # (schedstat), what is left of the request once the reply arrived.
+        t0, c0, r0 = time.perf_counter(), time.thread_time_ns(), _run_delay_ns(self._tid)
+        self._sock.sendall(b"get\n")
+        got = 0
+        while got < REMOTE_REPLY:
+            got += len(self._sock.recv(65536))
+        wall = time.perf_counter() - t0
+        cpu_runq = (time.thread_time_ns() - c0) + (_run_delay_ns(self._tid) - r0)
+        self._read_s += max(0.0, wall - cpu_runq / 1e9)
+        self._log.write(f"{time.time()} {self._read_s} {time.perf_counter()}\n")
+
     def __getitem__(self, i: int) -> object:
         import torch
 
         if self.read_dev is not None:
             self._read(i)
+        if self.remote is not None:
+            self._fetch()
         _busy(self.sample_cpu_ms / 1000.0)
         return torch.zeros(4)
 
@@ -212,10 +246,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         " work; the line's wait_start then marks its end)",
     )
     ap.add_argument("--read-dev", default=None, help="each sample reads a block of this device")
+    ap.add_argument("--remote", default=None, help="each sample is fetched from this host:port")
     ap.add_argument("--cgroup-procs", default=None, help="join this cgroup first (its procs file)")
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--epoch-len", type=int, default=10**9)
     ap.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
+    ap.add_argument(
+        "--autogroup-nice",
+        type=int,
+        default=None,
+        help="weigh the loop's session (its autogroup) like this nice value (root): a shared"
+        " machine's other sessions then take less of the CPU the loop needs",
+    )
     ap.add_argument(
         "--no-next",
         action="store_true",
@@ -239,8 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.cgroup_procs).write_text(str(os.getpid()))  # the workers inherit it
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    if args.autogroup_nice is not None:
+        Path("/proc/self/autogroup").write_text(str(args.autogroup_nice))
     dl = DataLoader(
-        Work(args.sample_cpu_ms, args.epoch_len, args.read_dev, args.out + ".reads"),  # type: ignore[arg-type]
+        Work(args.sample_cpu_ms, args.epoch_len, args.read_dev, args.out + ".reads", args.remote),  # type: ignore[arg-type]
         num_workers=args.workers,
         batch_size=args.batch_size,
         # Worker options only where there are workers (DataLoader refuses them otherwise).

@@ -27,6 +27,7 @@ HOST_CAUSES: Mapping[Cause, str] = {
     "cpu_limit": "its CPU limit",
     "cpu_contention": "other processes take its CPU",
     "input_storage": "its input pipeline waits for storage",
+    "input_remote": "its input pipeline waits on the network",
     "input_compute": "its input pipeline's compute",
     "trainer_work": "its own work on a CPU",
 }

@@ -17,6 +17,7 @@ CAUSE_PRECEDENCE: tuple[Cause, ...] = (
     "cpu_contention",
     "clocks",
     "input_storage",
+    "input_remote",
     "input_compute",
     "trainer_work",
     "straggler",
@@ -28,7 +29,8 @@ The host's CPU comes first: a starved job cannot show what its pipeline or its
 GPU would do with enough CPU, and a limit the job runs into comes before the
 processes beside it (raising the limit is the fix that fits). Clocks come next
 (they slow everything on the GPU), then the input pipeline (storage before the
-compute that waits for it), the trainer's own work, another rank (a straggler is
+compute that waits for it, a remote source's round trips before the
+compute too), the trainer's own work, another rank (a straggler is
 named only when nothing on this rank explains the wait), and last the GPU's own
 kernels, which are what is left when the host is clear.
 """

@@ -100,7 +100,10 @@ def classify(
     worker = cause_trainer.working_trainer(job, b)
     if worker is not None:
         return cause_trainer.own_work(worker, hs, line, secs, 100.0 - gpu.util)
-    untold = cause_trainer.unmeasured_work(job, b)
+    bounded = cause_trainer.inferred_work(job, gpu.util, b)
+    if bounded is not None:
+        return cause_trainer.own_work_inferred(*bounded, hs, line, secs, gpu.util)
+    untold = cause_trainer.unmeasured_work(job, gpu.util, b)
     if gpu.util < b.util_idle_pct:
         if job.trainers:
             holders = ", ".join(f"pid {p.pid} ({p.comm})" for p in job.trainers[:3])

@@ -34,6 +34,7 @@ Cause = Literal[
     "cpu_limit",
     "input_compute",
     "input_storage",
+    "input_remote",
     "trainer_work",
     "straggler",
     "gpu_side",
@@ -209,6 +210,43 @@ class OpenStorage:
 
 
 @dataclass(frozen=True, slots=True)
+class NetPeer:
+    """The remote end of a process's established TCP connection (``gputop/sources/sockets.py``)."""
+
+    address: str
+    """``10.0.4.12``, ``2001:db8::7`` (an IPv4-mapped IPv6 address as IPv4)."""
+    port: int
+
+    def describe(self) -> str:
+        """``10.0.4.12:9000``, ``[2001:db8::7]:9000``."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersTime:
+    """Where a trainer's DataLoader workers spent the interval: each part the mean share of
+    one worker's main thread (the parts sum to 100), measured as the trainer's own split."""
+
+    workers: int
+    """The worker processes the means are over."""
+    cpu_pct: float
+    """On a CPU (loading, decoding, collating)."""
+    runq_pct: float
+    """Runnable, waiting for a CPU (outside its cgroup's limit)."""
+    throttled_pct: float | None
+    """Runnable, held back by its cgroup's CPU limit; None where no limit applies."""
+    io_wait_pct: float | None
+    """Blocked in uninterruptible sleep (disk I/O); None without the probe."""
+    net_wait_pct: float | None
+    """Blocked until network receive processing woke it (a remote read); None without the
+    probe."""
+    blocked_pct: float
+    """Blocked otherwise (a lock, a sleep, its index queue); under /proc alone all of its
+    blocked time."""
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessSample:
     """One process in one tick (contract fields first, then gputop's extras)."""
 
@@ -274,6 +312,17 @@ class ProcessSample:
     io_wait_pct: float | None = None
     """Main thread blocked in uninterruptible sleep (D: disk I/O, page faults on mapped
     files), % of the interval (part of ``blocked_pct``); None without the probe."""
+    net_wait_pct: float | None = None
+    """Main thread blocked until network receive processing woke it (the NET_RX softirq, or
+    a network socket's data-ready): waiting on a remote peer, % of the interval (part of
+    ``blocked_pct``); None without the probe."""
+    peers: tuple[NetPeer, ...] | None = None
+    """Whom it reads from over the network: the peers of its established TCP connections,
+    read when a training job's process waited on the network the interval before; None
+    where not read this tick."""
+    workers_time: WorkersTime | None = None
+    """A trainer's DataLoader workers' time split, the mean of theirs; None for every other
+    process and for a trainer without workers."""
     cpu_limit: CpuLimitSample | None = None
     """Its cgroup CPU limit with the kernel's throttling counters (training jobs only)."""
     storage: tuple[OpenStorage, ...] | None = None

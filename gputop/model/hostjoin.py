@@ -52,10 +52,13 @@ from gputop.model.roles import (
     process_role_from_comm,
     thread_role_from_comm,
 )
+from gputop.model.workers import with_workers_time
 
 # How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
 TRAINER_GRACE_S = 10.0
 MAX_PREEMPTORS = 5
+# A job process that waited on the network this much of an interval has its peers read.
+NET_PEERS_PCT = 1.0
 V = TypeVar("V")
 
 
@@ -70,6 +73,8 @@ class RowChoice:
     detail: Mapping[int, bool]
     launchers: Mapping[int, int] = field(default_factory=dict)
     """A trainer started by a distributed launcher (torchrun, ...) -> the launcher's pid."""
+    peers: frozenset[int] = frozenset()
+    """Job processes that waited on the network last tick: whose TCP peers to read."""
 
 
 def input_pipeline(processes: Iterable[ProcessSample]) -> Pipeline:
@@ -116,6 +121,8 @@ class HostJoin:
         self._thread_trainers: set[tuple[int, int]] = set()
         self._moved_to_input_ns: dict[tuple[int, int], int] = {}
         self._workers: set[int] = set()
+        # Job processes whose last row waited on the network (their peers are read next).
+        self._net_waiters: set[int] = set()
         # The last row made for each process outside the chosen rows (``others``).
         self._others: dict[int, ProcessSample] = {}
 
@@ -163,7 +170,12 @@ class HostJoin:
             parent = stats[pid].ppid if pid in stats else 0
             if parent in stats and is_launcher(cmdline_of(parent, stats[parent].start)):
                 launchers[pid] = parent
-        return RowChoice(roles=roles, detail={p: p in job for p in chosen}, launchers=launchers)
+        return RowChoice(
+            roles=roles,
+            detail={p: p in job for p in chosen},
+            launchers=launchers,
+            peers=frozenset(p for p in self._net_waiters if p in job and p in chosen),
+        )
 
     def _index_workers(self, scan: ProcScan) -> None:
         """Keep the set of processes named as DataLoader workers, from what was read."""
@@ -290,9 +302,12 @@ class HostJoin:
             out.extend(rows)
         if probe is not None:
             out = [_with_preemptors(p, probe, scan.procs) for p in out]
-        out = _inferred_throttling(out, dt)
+        out = with_workers_time(_inferred_throttling(out, dt))
         out.sort(key=lambda p: p.pid)
         self._thread_trainers = thread_trainers
+        self._net_waiters = {
+            p.pid for p in out if p.role != "other" and (p.net_wait_pct or 0.0) >= NET_PEERS_PCT
+        }
         procs = scan.procs
         self._moved_to_input_ns = {
             k: v
@@ -332,6 +347,7 @@ class HostJoin:
                 wait_irq_pct=_pct(m.wait_irq_ns, pdt),
                 wait_other_pct=_pct(m.wait_other_ns - moved, pdt),
                 wait_collective_pct=_pct(m.wait_collective_ns, pdt),
+                net_wait_pct=_pct(m.wait_net_ns, pdt),
                 wait_pending_pct=_pct(m.wait_pending_ns, pdt),
                 runq_after_input_pct=_pct(m.runq_after_input_ns, pdt),
                 sched_source="bpf",
@@ -447,6 +463,7 @@ def _row(
         cpu_quota=d.cpu_quota if role != "other" else None,
         **_limit_fields(d.cpu_limit if role != "other" else None),
         storage=d.storage if role != "other" else None,
+        peers=d.peers if role != "other" else None,
         container_id=ident.container_id if ident else None,
         container_runtime=ident.runtime if ident else None,
         pod_uid=ident.pod_uid if ident else None,

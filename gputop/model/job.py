@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gputop.model.frame import OpenStorage, Preemptor
+from gputop.model.frame import NetPeer, OpenStorage, Preemptor
 from gputop.model.window import WHO_TOOK_KEPT, ProcAgg, mean, merge_preemptors, runq_weight
 
 
@@ -76,6 +76,16 @@ class WorkersSummary:
     None: not measured (no eBPF)."""
     storage: tuple[OpenStorage, ...] = ()
     """What the workers had open for reading while in I/O wait, the most seen first."""
+    net_wait_pct: float | None = None
+    """Mean share of the time a worker was blocked until network receive processing woke it
+    (a remote read); None: not measured (no eBPF)."""
+    busy_pct: float = 0.0
+    """Mean share of the time a worker was on a CPU or waiting for one: its main thread's
+    on-CPU and run-queue shares (throttled included), or its CPU use (all threads, at most
+    one CPU's worth) where that is more (decoding on helper threads) or the main thread's
+    share is not known."""
+    peers: tuple[NetPeer, ...] = ()
+    """Whom the workers read from over the network (their TCP peers), the most seen first."""
 
 
 def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
@@ -95,7 +105,27 @@ def workers_summary(workers: Iterable[ProcAgg]) -> WorkersSummary | None:
         throttled_pct=mean(w.cpu_throttled_pct for w in procs),
         io_wait_pct=mean(w.io_wait_pct for w in procs),
         storage=_storage_of(procs),
+        net_wait_pct=mean(w.net_wait_pct for w in procs),
+        busy_pct=sum(_busy(w) for w in procs) / len(procs),
+        peers=_peers_of(procs),
     )
+
+
+def _busy(w: ProcAgg) -> float:
+    """% of the time a worker was on a CPU or waiting for one (see ``busy_pct``)."""
+    cpu = min(100.0, w.cpu_pct)
+    if w.offcpu_pct is None:
+        return cpu
+    return min(100.0, max(100.0 - w.offcpu_pct, cpu) + (w.runq_pct or 0.0))
+
+
+def _peers_of(procs: Iterable[ProcAgg]) -> tuple[NetPeer, ...]:
+    """The TCP peers the processes were seen reading from, by the ticks seen in (summed)."""
+    seen: dict[NetPeer, int] = {}
+    for p in procs:
+        for s, n in p.peers or ():
+            seen[s] = seen.get(s, 0) + n
+    return tuple(s for s, _ in sorted(seen.items(), key=lambda kv: -kv[1]))
 
 
 def _storage_of(procs: Iterable[ProcAgg]) -> tuple[OpenStorage, ...]:

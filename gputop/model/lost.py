@@ -145,18 +145,22 @@ def _input(p: ProcAgg, job: Job, host: HostAgg, cause: Cause) -> tuple[LostPart,
     if p.data_wait_pct is None:
         return ()
     wait = p.data_wait_pct
-    if cause == "input_storage":
+    if cause in ("input_storage", "input_remote"):
         wait = min(wait, max(0.0, 100.0 - step_floor(job, host, reads=False)))
     return (LostPart("batches", LABELS["input"], wait, cause),)
 
 
-def _own_work(p: ProcAgg, job: Job, host: HostAgg, cause: Cause) -> tuple[LostPart, ...]:
+def _own_work(
+    p: ProcAgg, job: Job, host: HostAgg, cause: Cause, gpu_util: float | None = None
+) -> tuple[LostPart, ...]:
     """Its own work on a CPU outside CUDA synchronization and outside waiting for batches
-    (measured); under /proc alone, a spinning wait for the GPU is on a CPU too (inferred)."""
+    (measured); without the CUDA probe, a spinning wait for the GPU is on a CPU too
+    (inferred): ``gpu_util`` given, only the on-CPU share the GPU's busy share leaves (the
+    trainer's own work's lower bound, ``cause_trainer.work_bound``)."""
     if p.gpu_measured and p.work_pct is not None:
         work, measured = p.work_pct, True
     elif p.offcpu_pct is not None:
-        work, measured = 100.0 - p.offcpu_pct, False
+        work, measured = max(0.0, 100.0 - p.offcpu_pct - (gpu_util or 0.0)), False
     else:
         return ()
     work = min(work, max(0.0, 100.0 - step_floor(job, host, reads=True)))
@@ -169,13 +173,15 @@ def _collective(p: ProcAgg, cause: Cause) -> tuple[LostPart, ...]:
     return (LostPart("collective", LABELS["collective"], p.wait_collective_pct, cause),)
 
 
-def _trainer_parts(p: ProcAgg, job: Job, host: HostAgg, cause: Cause) -> tuple[LostPart, ...]:
+def _trainer_parts(
+    p: ProcAgg, job: Job, host: HostAgg, cause: Cause, gpu_util: float | None
+) -> tuple[LostPart, ...]:
     if cause in ("cpu_contention", "cpu_limit"):
         return _starved(p, job, host, cause)
-    if cause in ("input_storage", "input_compute"):
+    if cause in ("input_storage", "input_remote", "input_compute"):
         return _input(p, job, host, cause)
     if cause == "trainer_work":
-        return _own_work(p, job, host, cause)
+        return _own_work(p, job, host, cause, gpu_util)
     if cause == "straggler":
         return _collective(p, cause)
     return ()
@@ -221,7 +227,7 @@ def lost_time(cause: Cause | None, job: Job, host: HostAgg, gpu: GpuAgg) -> Lost
         return _clocks(gpu)
     best: tuple[float, ProcAgg, tuple[LostPart, ...]] | None = None
     for p in job.trainers:
-        parts = _trainer_parts(p, job, host, cause)
+        parts = _trainer_parts(p, job, host, cause, gpu.util)
         if not parts:
             continue
         total = sum(x.pct for x in parts)

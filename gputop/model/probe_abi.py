@@ -24,7 +24,8 @@ WAKE_IRQ = 3  # interrupt context (timers, device interrupts, IPIs)
 WAKE_OTHER = 4  # another process
 WAKE_SYNC = 5  # blocked inside a CUDA synchronization call: waiting for the GPU, whoever woke it
 WAKE_COLLECTIVE = 6  # a collective-communication thread of its own process (gloo): a collective
-WAKE_CLASSES = 7
+WAKE_NET = 7  # network receive processing (the NET_RX softirq) or a network socket's data-ready
+WAKE_CLASSES = 8
 
 # A pipeline value with this bit set names a collective-communication thread of the
 # trainer in its low bits (tgids stay below 2^22), not a feeder of its input.
@@ -68,6 +69,7 @@ CONSTANTS = (
     "WAKE_OTHER",
     "WAKE_SYNC",
     "WAKE_COLLECTIVE",
+    "WAKE_NET",
     "WAKE_CLASSES",
     "PIPE_COLLECTIVE",
     "HIST_SLOTS",
@@ -233,10 +235,24 @@ class WaitersT(AbiStruct):
 
 
 class IrqDepthT(AbiStruct):
-    """``struct irq_depth_t``: one CPU's interrupt nesting depth, on its own cache line."""
+    """``struct irq_depth_t``: one CPU's interrupt nesting depth and what network receive
+    processing it is in, on its own cache line."""
 
     _c_name_ = "irq_depth_t"
-    _fields_ = (("depth", ctypes.c_uint32), ("pad", ctypes.c_uint32 * 15))
+    _fields_ = (
+        ("depth", ctypes.c_uint32),
+        ("net_rx_at", ctypes.c_uint32),
+        ("ready_tid", ctypes.c_uint32),
+        ("ready_depth", ctypes.c_uint32),
+        ("ready_ts", ctypes.c_uint64),
+        ("pad", ctypes.c_uint32 * 10),
+    )
+    _notes_: ClassVar[dict[str, str]] = {
+        "net_rx_at": "the depth at which the NET_RX softirq runs on this CPU; 0: not in it",
+        "ready_tid": "who last signalled a network socket's data-ready here (sock:sk_data_ready)",
+        "ready_depth": "at which interrupt depth",
+        "ready_ts": "and when",
+    }
 
 
 class ProbeConfig(AbiStruct):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gputop.model.frame import HostSample, OpenStorage, ProcessSample, ThreadSample
+from gputop.model.frame import HostSample, NetPeer, OpenStorage, ProcessSample, ThreadSample
 from gputop.model.probe_abi import GroupT, ThreadT
 
 
@@ -74,6 +74,9 @@ class TaskSched:
     # Woken by a collective-communication thread of its own process (gloo's): inside a
     # collective, waiting for the other ranks.
     wait_collective_ns: int = 0
+    # Woken by network receive processing (the NET_RX softirq, or a network socket's
+    # data-ready): waiting on a remote peer's data.
+    wait_net_ns: int = 0
     # Blocked and not (yet) known who woke it: still asleep at the read, or its
     # waking was not seen. Time reported here is not reported again when the
     # waker becomes known.
@@ -257,6 +260,8 @@ class ProcDetail:
     identity: ContainerIdentity | None = None
     # What it had open for reading, read when a training job's process was in D state.
     storage: tuple[OpenStorage, ...] | None = None
+    # Its TCP peers, read when a training job's process waited on the network last tick.
+    peers: tuple[NetPeer, ...] | None = None
     # Its distributed rank, from /proc/PID/environ (training jobs only; None: not a rank,
     # or its environment is not readable).
     rank_env: RankEnv | None = None

@@ -33,6 +33,7 @@ from gputop.model.probe_abi import (
     WAKE_COLLECTIVE,
     WAKE_INPUT,
     WAKE_IRQ,
+    WAKE_NET,
     WAKE_NONE,
     WAKE_OTHER,
     WAKE_SYNC,
@@ -50,6 +51,7 @@ _WAKE_FIELD_OF = {
     WAKE_OTHER: "wait_other_ns",
     WAKE_SYNC: "wait_sync_ns",
     WAKE_COLLECTIVE: "wait_collective_ns",
+    WAKE_NET: "wait_net_ns",
 }
 _WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
 _SYNC_FIELDS = ("sync_ns", "sync_oncpu_ns", "sync_runq_ns", "runq_after_input_ns")
@@ -86,6 +88,7 @@ class _Cum:
     wait_other_ns: int = 0
     wait_sync_ns: int = 0
     wait_collective_ns: int = 0
+    wait_net_ns: int = 0
     # Threads only: CUDA synchronization and the run-queue wait after an input wake-up.
     sync_ns: int = 0
     sync_oncpu_ns: int = 0
@@ -315,6 +318,7 @@ class SchedIntervals:
                 wait_irq_ns=d.wait_irq_ns,
                 wait_other_ns=d.wait_other_ns,
                 wait_collective_ns=d.wait_collective_ns,
+                wait_net_ns=d.wait_net_ns,
                 wait_pending_ns=_new_pending(self._pending.get(tid), pending, d.wait_unknown_ns),
                 sync_ns=d.sync_ns,
                 sync_oncpu_ns=d.sync_oncpu_ns,

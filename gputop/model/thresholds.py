@@ -56,6 +56,14 @@ class Thresholds:
     """DataLoader workers in uninterruptible sleep (I/O wait, measured) this % of the time
     each, and longer than on a CPU: the batches the trainer waits for wait on storage
     (``input_storage``)."""
+    worker_net_wait_pct: float = 30.0
+    """DataLoader workers blocked until network receive processing woke them (measured; their
+    I/O wait on a network filesystem counts too) this % of the time each, the largest of
+    their waits: the batches wait on a remote source (``input_remote``)."""
+    worker_compute_pct: float = 50.0
+    """DataLoader workers on a CPU or waiting for one (their main thread) this % of the time
+    each: most of their time is compute, and the input's cause is theirs (``input_compute``);
+    below it the cause follows their largest wait."""
     trainer_work_pct: float = 50.0
     """A trainer with DataLoader workers on a CPU this % of the time outside data wait and
     outside CUDA synchronization (measured), beside a GPU that is not busy: the GPU waits for
@@ -145,6 +153,8 @@ _PCT_FIELDS = frozenset(
         "throttle_share_pct",
         "culprit_share_pct",
         "worker_io_wait_pct",
+        "worker_net_wait_pct",
+        "worker_compute_pct",
         "trainer_work_pct",
         "limit_throttled_pct",
         "limit_used_pct",

@@ -19,6 +19,10 @@ wake-ups it was counted under (a disk's completion wakes the thread from an inte
 or a kernel worker), never out of waiting for batches or for other ranks, whose wakers
 are known. A rank's collective wait is likewise shown from 0.5 % on.
 
+Time blocked until network receive processing woke it (``net_wait_pct``: data from a
+remote peer, a socket read) is its own part, ``net``, where it is 0.5 % or more: the probe
+tells it apart from interrupt wake-ups (the receive path runs as a softirq).
+
 Where the job's cgroup has a CPU limit, the run-queue time its limit held the thread
 back (``cpu_throttled_pct``, part of ``runq_pct``) is its own part, ``throttled``,
 carved out of the run-queue time outside CUDA synchronization before anything else
@@ -39,8 +43,9 @@ class Segment:
     key: str
     """``cpu``, ``runq``, ``throttled`` (where a CPU limit applies), ``input``, ``gpu``
     (measured) or ``irq`` (inferred), ``io`` (uninterruptible sleep: disk I/O),
-    ``collective`` (a distributed job's rank, woken by its collective-communication
-    threads), ``other``, or (under /proc) ``blocked``."""
+    ``net`` (woken by network receive processing: a remote peer's data), ``collective`` (a
+    distributed job's rank, woken by its collective-communication threads), ``other``, or
+    (under /proc) ``blocked``."""
     label: str
     pct: float
 
@@ -53,6 +58,7 @@ LABELS = {
     "gpu": "GPU wait",
     "irq": "GPU/irq wait (inferred)",
     "io": "disk I/O (uninterruptible)",
+    "net": "network wait",
     "collective": "collective wait (other ranks)",
     "other": "other",
     "blocked": "blocked",
@@ -99,6 +105,7 @@ SPLIT_FIELDS = (
     "cpu_throttled_pct",
     "wait_collective_pct",
     "io_wait_pct",
+    "net_wait_pct",
 )
 
 
@@ -121,6 +128,7 @@ def split_of(
     cpu_throttled_pct: float | None = None,
     wait_collective_pct: float | None = None,
     io_wait_pct: float | None = None,
+    net_wait_pct: float | None = None,
 ) -> WaitSplit | None:
     """The split from a process's numbers (a sample's, or one point of its series)."""
     if offcpu_pct is None:
@@ -143,19 +151,23 @@ def split_of(
     inp = max(0.0, wait_input_pct)
     irq = max(0.0, wait_irq_pct or 0.0)
     coll = max(0.0, wait_collective_pct or 0.0)
+    net = max(0.0, net_wait_pct or 0.0)
     rest = max(0.0, (wait_thread_pct or 0.0) + (wait_other_pct or 0.0))
     # A stretch is reported under its waker when it ends, so one frame's classes can
     # hold earlier frames' blocked time: scale them into this frame's blocked share
     # (outside synchronization). Blocked time no waker is known for yet (still asleep
     # at the tick) counts as other.
     free = blocked - sync_blocked
-    total = inp + irq + coll + rest
+    total = inp + irq + coll + net + rest
     scale = free / total if total > free else 1.0
-    inp, irq, coll = inp * scale, irq * scale, coll * scale
-    other = max(0.0, free - inp - irq - coll)
+    inp, irq, coll, net = inp * scale, irq * scale, coll * scale, net * scale
+    other = max(0.0, free - inp - irq - coll - net)
     rank = coll >= SHOWN_PCT
     if not rank:
         other, coll = other + coll, 0.0
+    remote = net >= SHOWN_PCT
+    if not remote:
+        other, net = other + net, 0.0
     if gpu_sync_pct is not None:
         # Interrupt wake-ups outside synchronization are not the GPU's: other.
         other, irq = other + irq, 0.0
@@ -172,6 +184,7 @@ def split_of(
             "input": inp + after_input,
             "irq": irq,
             "io": io,
+            "net": net,
             "collective": coll,
             "other": other,
         }
@@ -184,11 +197,14 @@ def split_of(
             "input": inp + after_input,
             "gpu": spin + sync_runq + sync_blocked,
             "io": io,
+            "net": net,
             "collective": coll,
             "other": other,
         }
         keys = GPU_KEYS
-    return WaitSplit(True, _segments(parts, keys, cpu_throttled_pct is not None, rank, disk))
+    return WaitSplit(
+        True, _segments(parts, keys, cpu_throttled_pct is not None, rank, disk, remote)
+    )
 
 
 def _segments(
@@ -197,13 +213,17 @@ def _segments(
     limited: bool,
     rank: bool = False,
     disk: bool = False,
+    remote: bool = False,
 ) -> tuple[Segment, ...]:
     # The throttled part follows the run-queue part it was carved from, only under a limit;
-    # disk I/O, then a rank's collective wait, come before "other", only where there is some.
+    # disk I/O, the network, then a rank's collective wait, come before "other", only where
+    # there is some.
     if limited:
         keys = (*keys[:2], "throttled", *keys[2:])
     if disk:
         keys = (*keys[:-1], "io", keys[-1])
+    if remote:
+        keys = (*keys[:-1], "net", keys[-1])
     if rank:
         keys = (*keys[:-1], "collective", keys[-1])
     return tuple(Segment(k, LABELS[k], parts[k]) for k in keys)

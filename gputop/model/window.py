@@ -11,16 +11,20 @@ import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gputop.model.frame import (
     Frame,
     GpuSample,
     HostSample,
+    NetPeer,
     OpenStorage,
     Preemptor,
     ProcessSample,
     Role,
 )
+
+T = TypeVar("T")
 
 # Clock-event reasons that do not slow a busy GPU down (NVML reports them as
 # "reasons" too, but they are the GPU idling or following a setting).
@@ -150,18 +154,23 @@ def _limit_agg(ps: list[ProcessSample]) -> LimitAgg | None:
     )
 
 
-def _storage_seen(ps: list[ProcessSample]) -> tuple[tuple[OpenStorage, int], ...] | None:
-    seen: dict[OpenStorage, int] = {}
+def _seen(lists: Iterable[tuple[T, ...] | None]) -> tuple[tuple[T, int], ...] | None:
+    """Each item of the lists with the ticks it was seen in, most first; None: none read."""
+    seen: dict[T, int] = {}
     read = False
-    for p in ps:
-        if p.storage is None:
+    for items in lists:
+        if items is None:
             continue
         read = True
-        for s in p.storage:
+        for s in items:
             seen[s] = seen.get(s, 0) + 1
     if not read:
         return None
     return tuple(sorted(seen.items(), key=lambda kv: -kv[1]))
+
+
+def _storage_seen(ps: list[ProcessSample]) -> tuple[tuple[OpenStorage, int], ...] | None:
+    return _seen(p.storage for p in ps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +203,11 @@ class ProcAgg:
     """Of ``runq_pct``: held back by its cgroup's CPU limit."""
     io_wait_pct: float | None = None
     """Of the blocked time: in uninterruptible sleep (mostly disk I/O)."""
+    net_wait_pct: float | None = None
+    """Of the blocked time: until network receive processing woke it (a remote peer's data)."""
+    peers: tuple[tuple[NetPeer, int], ...] | None = None
+    """Its TCP peers while it waited on the network, with the ticks each was seen in (most
+    first); None: never read in the window."""
     cpu_throttled_source: str | None = None
     """"bpf" (measured) or "cpu.stat" (inferred); None: not told."""
     limit: LimitAgg | None = None
@@ -389,11 +403,13 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             runq_threads_pct=mean(p.runq_threads_pct for p in ps),
             cpu_throttled_pct=mean(p.cpu_throttled_pct for p in ps),
             io_wait_pct=mean(p.io_wait_pct for p in ps),
+            net_wait_pct=mean(p.net_wait_pct for p in ps),
             cpu_throttled_source=next(
                 (p.cpu_throttled_source for p in reversed(ps) if p.cpu_throttled_source), None
             ),
             limit=_limit_agg(ps_all),
             storage=_storage_seen(ps_all),
+            peers=_seen(p.peers for p in ps_all),
             gputop=is_gputop(last.comm, last.cmdline),
             wait_collective_pct=mean(p.wait_collective_pct for p in ps),
             job_id=last.job_id,

@@ -60,6 +60,7 @@ SPLIT_COLOURS = {
     "irq": "blue",
     "gpu": "cyan",
     "io": "gold",
+    "net": "orange",
     "collective": "white",
     "other": "magenta",
     "blocked": "blue",
@@ -134,6 +135,37 @@ def io_line(p: ProcessSample) -> str | None:
     return f"{line}, reading {reading}" if reading else line
 
 
+def net_line(p: ProcessSample) -> str | None:
+    """Its share of the interval waiting on the network (measured by the probe) and whom it
+    read from; None where it did not wait on the network."""
+    if not p.net_wait_pct or round(p.net_wait_pct) < 1:
+        return None
+    line = f"waiting on the network {p.net_wait_pct:.0f}% of the interval"
+    if p.peers:
+        line += ", reading from " + ", ".join(q.describe() for q in p.peers) + " (tcp)"
+    return line
+
+
+def workers_time_line(p: ProcessSample) -> str | None:
+    """A trainer's DataLoader workers' time split (the mean of one worker), or None."""
+    wt = p.workers_time
+    if wt is None:
+        return None
+    parts = [f"on a CPU {wt.cpu_pct:.0f}%", f"waiting for a CPU {wt.runq_pct:.0f}%"]
+    if wt.throttled_pct is not None:
+        parts.append(f"throttled by its CPU limit {wt.throttled_pct:.0f}%")
+    if wt.io_wait_pct is None or wt.net_wait_pct is None:
+        parts.append(f"blocked {wt.blocked_pct:.0f}% (on what: needs the eBPF probe)")
+    else:
+        parts += [
+            f"disk I/O {wt.io_wait_pct:.0f}%",
+            f"network {wt.net_wait_pct:.0f}%",
+            f"blocked otherwise {wt.blocked_pct:.0f}%",
+        ]
+    n = f"{wt.workers} DataLoader worker" + ("s" if wt.workers != 1 else "")
+    return f"its {n} (each, on average): " + ", ".join(parts)
+
+
 def wait_lines(p: ProcessSample, probe_live: bool = False) -> list[str]:
     """The main thread's time split in the last interval, and who preempted it.
 
@@ -154,6 +186,12 @@ def wait_lines(p: ProcessSample, probe_live: bool = False) -> list[str]:
     io = io_line(p)
     if io is not None:
         lines.append(io)
+    net = net_line(p)
+    if net is not None:
+        lines.append(net)
+    workers = workers_time_line(p)
+    if workers is not None:
+        lines.append(workers)
     if not split.measured:
         lines.append(
             "what it waits on (input, GPU, ...): not measured this interval (the probe"

@@ -92,6 +92,7 @@ def spawn(
     attach_pairs: Sequence[tuple[str, str, str, str]] = (),
     load_only: Sequence[str] = (),
     uprobe_multi: bool = False,
+    optional: Sequence[tuple[str, str]] = (),
 ) -> Spawned:
     """Start the compiler child; it begins compiling at once.
 
@@ -100,7 +101,8 @@ def spawn(
     ``TRACEPOINT_PROBE``s; the child attaches each pair it can (exit first) and
     drops a pair the kernel refuses. ``load_only``: kprobe-type programs to load
     and hand over without attaching (the parent attaches them as uprobes), loaded for
-    ``BPF_TRACE_UPROBE_MULTI`` where ``uprobe_multi``.
+    ``BPF_TRACE_UPROBE_MULTI`` where ``uprobe_multi``. ``optional``: (tracepoint,
+    program) attached where the kernel has it, else dropped.
     """
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # bcc and clang write warnings (and, when they find no headers, to stdout):
@@ -111,6 +113,7 @@ def spawn(
     env["GPUTOP_BPF_NICE"] = str(nice)
     env["GPUTOP_BPF_ATTACH"] = json.dumps([list(p) for p in attach_pairs])
     env["GPUTOP_BPF_LOAD"] = json.dumps(list(load_only))
+    env["GPUTOP_BPF_OPTIONAL"] = json.dumps([list(o) for o in optional])
     env["GPUTOP_BPF_LOAD_MULTI"] = "1" if uprobe_multi else ""
     try:
         proc = subprocess.Popen(
@@ -300,6 +303,7 @@ class BccLoader(ProbeLoader):
                     ],
                     load_only=spec.load_only,
                     uprobe_multi=spec.uprobe_multi,
+                    optional=spec.optional,
                 )
             except OSError as exc:
                 raise LoadError(f"cannot start the compiler process: {exc}") from None

@@ -101,9 +101,12 @@ def _attach(bcc: Any, bpf: Any, tp: str, fn: str) -> Attachment:
     return attach_tracepoint(int(prog.fd), _tracepoint_id(tp))
 
 
-def _attach_all(bcc: Any, bpf: Any, pairs: list[list[str]]) -> dict[str, Attachment]:
+def _attach_all(
+    bcc: Any, bpf: Any, pairs: list[list[str]], optional: list[list[str]]
+) -> dict[str, Attachment]:
     """Every ``TRACEPOINT_PROBE`` (a failure fails the load), then the (entry, program,
-    exit, program) pairs, exit first, dropping a pair the kernel refuses.
+    exit, program) pairs, exit first, dropping a pair the kernel refuses, then the
+    optional (tracepoint, program) ones this kernel has.
 
     The exit first: an event in flight during the attach can then only miss its
     entry, never leave an entry without its exit.
@@ -127,6 +130,11 @@ def _attach_all(bcc: Any, bpf: Any, pairs: list[list[str]]) -> dict[str, Attachm
             detach([exit_at])
             continue
         done[f"tracepoint:{exit_tp}"] = exit_at
+    for tp, fn in optional:
+        try:
+            done[f"tracepoint:{tp}"] = _attach(bcc, bpf, tp, fn)
+        except Exception:  # noqa: BLE001 - this kernel lacks it: skip
+            continue
     return done
 
 
@@ -169,7 +177,12 @@ def compile_and_attach(src: str, cflags: list[str]) -> tuple[dict[str, Any], lis
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     compile_s = time.monotonic() - started
     try:
-        attached = _attach_all(bcc, bpf, json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")))
+        attached = _attach_all(
+            bcc,
+            bpf,
+            json.loads(os.environ.get("GPUTOP_BPF_ATTACH", "[]")),
+            json.loads(os.environ.get("GPUTOP_BPF_OPTIONAL", "[]")),
+        )
     except Exception as exc:  # noqa: BLE001 - verifier or attach failure
         return {"ok": False, "stage": "compile", "reason": _first_line(exc)}, []
     # Programs the parent attaches itself later (uprobes): loaded, handed over unattached.

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from gputop.model.readings import ContainerIdentity, ProcDetail, ProcScan
@@ -132,8 +132,10 @@ class ContainerTagger(ProcSource):
         self.pods = PodIndex(pod_log_root)
         self._ids: dict[tuple[int, int], ContainerIdentity | None] = {}
 
-    def details(self, wanted: Mapping[int, bool], scan: ProcScan) -> dict[int, ProcDetail]:
-        out = super().details(wanted, scan)
+    def details(
+        self, wanted: Mapping[int, bool], scan: ProcScan, peers: Collection[int] = ()
+    ) -> dict[int, ProcDetail]:
+        out = super().details(wanted, scan, peers)
         ids: dict[tuple[int, int], ContainerIdentity | None] = {}
         for pid, d in out.items():
             ident = self._identity(pid, scan.procs[pid].start, ids)

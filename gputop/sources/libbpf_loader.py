@@ -255,6 +255,7 @@ def load(
     attach: Sequence[TracepointAttach],
     attach_pairs: Sequence[tuple[TracepointAttach, TracepointAttach]] = (),
     uprobe_multi: Sequence[str] = (),
+    optional: Sequence[TracepointAttach] = (),
 ) -> Handover:
     """Open, size, configure, load and attach the object; everything it holds is an fd of ours.
 
@@ -262,6 +263,7 @@ def load(
     (a failure fails the load). ``attach_pairs``: (entry, exit) pairs attached
     exit first where this kernel has them, and skipped where it refuses either.
     ``uprobe_multi``: programs loaded for ``BPF_TRACE_UPROBE_MULTI`` (left unattached).
+    ``optional``: programs attached where the kernel has their tracepoint, else skipped.
     Raises ``LibbpfError`` with one line saying what failed.
     """
     lib, why = find_libbpf()
@@ -321,6 +323,11 @@ def load(
                 attachments[entry.key] = _attach(programs, entry)
             except LibbpfError:
                 detach([attachments.pop(exit_.key)])
+        for a in optional:
+            try:
+                attachments[a.key] = _attach(programs, a)
+            except LibbpfError:
+                continue
     except BaseException:
         ho.close()
         raise
@@ -394,6 +401,7 @@ class LibbpfLoader(ProbeLoader):
                 for c, e in spec.irq_pairs
             ],
             uprobe_multi=spec.load_only if spec.uprobe_multi else (),
+            optional=[TracepointAttach(prog, tp) for tp, prog in spec.optional],
         )
 
     def cancel(self) -> None:

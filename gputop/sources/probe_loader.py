@@ -42,13 +42,15 @@ class LoadSpec:
     (category, event) pairs whose ``_entry``/``_exit`` tracepoints keep the
     interrupt depth (a pair the kernel refuses is skipped). ``load_only``:
     programs to load but leave unattached (the CUDA uprobes, attached later).
-    ``nice``: the CPU priority of a compile (bcc).
+    ``optional``: (``category:event``, program) attached where this kernel has the
+    tracepoint and skipped where it does not. ``nice``: the CPU priority of a compile (bcc).
     """
 
     max_entries: Mapping[str, int]
     max_cpus: int
     irq_pairs: Sequence[tuple[str, str]] = ()
     load_only: Sequence[str] = ()
+    optional: Sequence[tuple[str, str]] = ()
     # The load_only programs are loaded for BPF_TRACE_UPROBE_MULTI (bpf_attach.
     # uprobe_multi_supported()): one link per library file and direction, no perf events.
     uprobe_multi: bool = False

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from gputop.model.frame import HostSample, SourceStatus, ThreadSample
 from gputop.model.readings import ProcDetail, ProcScan, ProcStat, RankEnv
 from gputop.sources.cpulimits import CpuLimitReader, cpus_allowed
+from gputop.sources.sockets import SocketReader
 from gputop.sources.storage import StorageReader
 
 _PF_KTHREAD = 0x00200000
@@ -217,6 +218,7 @@ class ProcSource:
         self._busy: set[int] = set()
         self._limits = CpuLimitReader(self.root)
         self._storage = StorageReader(self.root)
+        self._sockets = SocketReader(self.root)
         self._last_t: float | None = None
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
             self.root + "/1/schedstat"
@@ -437,14 +439,18 @@ class ProcSource:
             self._prev.pop((pid, st.start), None)
             self._cmdlines.pop((pid, st.start), None)
 
-    def details(self, wanted: Mapping[int, bool], scan: ProcScan) -> dict[int, ProcDetail]:
+    def details(
+        self, wanted: Mapping[int, bool], scan: ProcScan, peers: Collection[int] = ()
+    ) -> dict[int, ProcDetail]:
         """The second pass, for the chosen processes: their threads, switch totals and owner.
 
         ``wanted``: pid -> also read where the process may run (its CPU affinity
-        and cgroup quota: read for training jobs, whose fixes need them).
+        and cgroup quota: read for training jobs, whose fixes need them). ``peers``: whose
+        TCP peers to read (job processes that waited on the network last tick).
         """
         out: dict[int, ProcDetail] = {}
         self._limits.begin()
+        self._sockets.begin()
         for pid, limits in wanted.items():
             st = scan.procs.get(pid)
             if st is None:
@@ -454,6 +460,8 @@ class ProcSource:
             if prev is None:
                 prev = self._prev[key] = _ProcPrev(0)
             out[pid] = self._detail(st, prev, scan.dt, limits)
+            if pid in peers:
+                out[pid] = replace(out[pid], peers=self._sockets.read(pid))
         return out
 
     def _detail(self, st: ProcStat, prev: _ProcPrev, dt: float | None, limits: bool) -> ProcDetail:

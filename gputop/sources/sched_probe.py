@@ -58,12 +58,16 @@ UPROBE_MULTI_ENV = "GPUTOP_UPROBE_MULTI"
 FOOTPRINT = (
     "eBPF probe footprint: raw tracepoints as BPF links (bcc: perf-event tracepoints) on"
     " sched:sched_switch, sched_waking, sched_wakeup, sched_process_exit, sched_process_exec;"
-    " entry/exit of irq, softirq, timer and x86 irq_vectors to tell interrupt context; and"
+    " entry/exit of irq, softirq, timer and x86 irq_vectors to tell interrupt context (and"
+    " network receive processing, with sock:sk_data_ready where the kernel has it); and"
     " uprobes on the CUDA driver's synchronizing calls in the libcuda a watched trainer maps"
     " (never on kernel launches); no kprobes. Other tracers (perf, bcc tools, another gputop)"
     " keep seeing every event: a raw tracepoint filters nothing, and each perf-event program"
     " returns 1, which keeps the event."
 )
+# Tracepoints attached where this kernel has them (tracepoint, program): a network
+# socket's data-ready (Linux 6.6+) tells a wake-up by its receive path outside NET_RX.
+OPTIONAL_EVENTS = (("sock:sk_data_ready", "on_sk_data_ready"),)
 # The status reason for the one tick between attaching and the first full
 # eBPF interval (it lands in that frame's sources.notes).
 ATTACHED_NOTE = "eBPF probe attached; its numbers start with the next full interval"
@@ -191,6 +195,7 @@ class BpfSchedProbe:
             max_cpus=cpus,
             irq_pairs=irq_pairs(),
             load_only=(ENTER_PROGRAM, EXIT_PROGRAM),
+            optional=OPTIONAL_EVENTS,
             uprobe_multi=uprobe_multi_supported() and os.environ.get(UPROBE_MULTI_ENV) != "0",
             nice=self.compile_nice,
         )

@@ -17,6 +17,7 @@ GLYPHS = {
     "gpu": "░",
     "irq": "░",
     "io": "▤",
+    "net": "▥",
     "collective": "▞",
     "other": "·",
     "blocked": "░",
@@ -29,6 +30,7 @@ SHORT = {
     "irq": "gpu/irq",
     "gpu": "gpu",
     "io": "disk-io",
+    "net": "network",
     "collective": "collective",
     "other": "other",
     "blocked": "blocked",
@@ -42,6 +44,7 @@ COMPACT = {
     "irq": "irq",
     "gpu": "gpu",
     "io": "io",
+    "net": "net",
     "collective": "coll",
     "other": "oth",
     "blocked": "blk",
@@ -121,6 +124,7 @@ class TrainerWaitBars(LineWidget):
     TrainerWaitBars > .wait-bars--irq { color: $text-primary; }
     TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
     TrainerWaitBars > .wait-bars--io { color: $text-warning; text-style: bold; }
+    TrainerWaitBars > .wait-bars--net { color: $text-secondary; text-style: bold; }
     TrainerWaitBars > .wait-bars--collective { color: $text-secondary; }
     TrainerWaitBars > .wait-bars--other { color: $text-muted; }
     TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
@@ -135,6 +139,7 @@ class TrainerWaitBars(LineWidget):
         "wait-bars--irq",
         "wait-bars--gpu",
         "wait-bars--io",
+        "wait-bars--net",
         "wait-bars--collective",
         "wait-bars--other",
         "wait-bars--blocked",

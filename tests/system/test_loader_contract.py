@@ -137,6 +137,27 @@ def test_interrupt_tracepoints_come_in_pairs_and_a_missing_pair_is_skipped(make)
     assert not any(e.startswith("no_such_category") for e in events)
 
 
+def test_an_optional_tracepoint_attaches_where_the_kernel_has_it_and_is_skipped_where_not(
+    make,
+) -> None:
+    spec = _spec()
+    optional = [("sock:sk_data_ready", "on_sk_data_ready"), ("no_such:event", "on_sk_data_ready")]
+    ho = make(None).load(LoadSpec(**{**_fields(spec), "optional": optional}))
+    try:
+        events = {a.partition(":")[2] for a in ho.attachments}
+    finally:
+        ho.close()
+    assert "no_such:event" not in events
+    has = os.path.isdir("/sys/kernel/tracing/events/sock/sk_data_ready") or os.path.isdir(
+        "/sys/kernel/debug/tracing/events/sock/sk_data_ready"
+    )
+    assert ("sock:sk_data_ready" in events) == has, events
+
+
+def _fields(spec: LoadSpec) -> dict[str, object]:
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+
+
 def test_closing_leaves_nothing_attached_or_loaded(make) -> None:
     ho = make(None).load(_spec())
     ids = set(ho.program_ids().values())

@@ -34,12 +34,35 @@ def test_a_trainer_busy_with_its_own_work_beside_an_unbusy_gpu_is_host_bound() -
     )
 
 
-def test_a_trainer_whose_gpu_wait_is_not_measured_is_not_blamed_and_the_evidence_says_why() -> None:
+def test_without_its_gpu_wait_measured_a_trainers_own_work_is_bounded_by_the_busy_gpu() -> None:
+    from gputop.model.lost import lost_time
+
     unmeasured = {k: v for k, v in WORKING.items() if not k.startswith("gpu_sync")}
-    v = classify(gpu(util=24.0, sm=10.0), host(), job(trainer(**unmeasured), FAST), T)
+    # On a CPU 76% beside a GPU busy 24%: a spinning wait can be at most 24 of the 76, so
+    # at least 52% is its own work, past trainer_work_pct: host_bound, inferred.
+    j = job(trainer(**unmeasured), FAST)
+    g = gpu(util=24.0, sm=10.0)
+    v = classify(g, host(), j, T)
+    assert (v.state, v.cause) == ("host_bound", "trainer_work"), v
+    assert v.evidence[1].startswith(
+        f"trainer pid {TRAINER} worked on a CPU at least 52% of the last 10 s (inferred: on a"
+        " CPU 76%, and a spinning wait for the GPU can take at most the 24% the GPU was busy;"
+    ), v.evidence
+    assert v.fixes[0].startswith("bigger batches")
+    lost = lost_time(v.cause, j, host(), g)
+    assert lost is not None and lost.pct == 52.0
+    assert [(x.key, x.measured) for x in lost.split if x.key == "work"] == [("work", False)]
+    # Beside a GPU busy 35%, the bound (41%) stays below the threshold: not blamed, and the
+    # evidence gives the bound and says what cannot be told apart.
+    v = classify(gpu(util=35.0, sm=10.0), host(), j, T)
     assert v.state == "ok" and v.cause is None, v
+    assert "on a CPU 76% (at least 41% is its own work" in v.evidence[-1], v.evidence
     assert "cannot be told apart" in v.evidence[-1]
-    assert "on a CPU 76%" in v.evidence[-1]
+    # A GPU with another process: the GPU's busy share is not all this trainer's to spin on.
+    two = job(trainer(**unmeasured), trainer(pid=3999, **unmeasured), FAST)
+    v = classify(gpu(util=24.0, sm=10.0), host(), two, T)
+    assert v.state == "ok", v
+    assert "at least" not in v.evidence[-1] and "cannot be told apart" in v.evidence[-1]
 
 
 def test_a_trainer_without_workers_that_works_is_building_its_batches_first() -> None:

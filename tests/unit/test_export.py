@@ -154,6 +154,19 @@ def test_io_wait_and_io_pressure_are_exported_where_known() -> None:
     assert "100" not in {s.labels["pid"] for s in f["gputop_process_io_wait_percent"]}
 
 
+def test_a_workers_network_wait_is_a_reason_of_its_blocked_time() -> None:
+    from dataclasses import replace
+
+    from tests.exportutil import FRAME
+
+    trainer, worker, *rest = FRAME.processes
+    frame = replace(FRAME, processes=(trainer, replace(worker, net_wait_pct=71.5), *rest))
+    f = scrape_collector(frame)
+    assert one(f, "gputop_process_wait_percent", pid="101", reason="net") == 71.5
+    assert not [s for s in f["gputop_process_wait_percent"] if s.labels["pid"] == "100"
+                and s.labels["reason"] == "net"]  # fmt: skip
+
+
 def test_a_ranks_collective_and_host_wait_are_exported_with_its_job_and_rank() -> None:
     from dataclasses import replace
 

@@ -314,6 +314,62 @@ def test_io_wait_is_the_main_threads_uninterruptible_sleep_and_null_without_the_
     assert {p.io_wait_pct for p in got.processes} == {None}
 
 
+def test_network_wait_is_the_main_threads_and_the_trainer_carries_its_workers_split() -> None:
+    # The worker's main thread: on a CPU 200 ms, waiting for one 100 ms, blocked 700 ms of
+    # which 500 ms until network receive processing woke it and 100 ms in D.
+    main = TaskSched(
+        oncpu_ns=200 * MS, runq_ns=100 * MS, blocked_ns=700 * MS, wait_net_ns=500 * MS,
+        io_wait_ns=100 * MS,
+    )  # fmt: skip
+    probe = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={},
+        per_tid={WORKER: main, TRAINER: TaskSched(blocked_ns=800 * MS)},
+    )
+    _, got = tick(HostJoin(), job(), probe)
+    rows = {p.pid: p for p in got.processes}
+    assert rows[WORKER].net_wait_pct == 50.0 and rows[TRAINER].net_wait_pct == 0.0
+    wt = rows[TRAINER].workers_time
+    assert wt is not None and wt.workers == 1
+    assert (wt.io_wait_pct, wt.net_wait_pct) == (10.0, 50.0)
+    assert (wt.cpu_pct, wt.runq_pct, wt.blocked_pct) == (
+        100.0 - rows[WORKER].offcpu_pct,  # type: ignore[operator]
+        rows[WORKER].runq_pct,
+        rows[WORKER].offcpu_pct - rows[WORKER].runq_pct - 60.0,  # type: ignore[operator]
+    )
+    assert rows[WORKER].workers_time is None, "only a trainer carries its workers' split"
+    # Without the probe: the split's measured parts are unknown, never 0.
+    _, got = tick(HostJoin(), job(), None)
+    procs = {p.pid: p for p in got.processes}
+    assert procs[WORKER].net_wait_pct is None
+    wt = procs[TRAINER].workers_time
+    assert wt is None or (wt.net_wait_pct is None and wt.io_wait_pct is None)
+
+
+def test_a_job_process_that_waited_on_the_network_has_its_peers_read_the_next_tick() -> None:
+    from dataclasses import replace
+
+    from gputop.model.frame import NetPeer
+
+    j = HostJoin()
+    waits = ProbeReading(
+        dt_ns=1000 * MS,
+        per_tgid={},
+        per_tid={WORKER: TaskSched(blocked_ns=900 * MS, wait_net_ns=800 * MS)},
+    )
+    choice, _ = tick(j, job(), waits)
+    assert choice.peers == frozenset(), "nothing waited before the first probe reading"
+    choice = j.choose(job(), 2.0, (), lambda pid, start: "python train.py")
+    assert choice.peers == {WORKER}, "the worker waited on the network: read its sockets"
+    peer = NetPeer("10.0.4.12", 9000)
+    details = {pid: detail(thread(pid)) for pid in choice.detail}
+    details[WORKER] = replace(details[WORKER], peers=(peer,))
+    got = j.join(job(), choice, details, {}, None)
+    assert {p.pid: p.peers for p in got.processes}[WORKER] == (peer,)
+    # A quiet interval (no probe, no network wait): not read again.
+    assert j.choose(job(), 3.0, (), lambda pid, start: "python train.py").peers == frozenset()
+
+
 def test_a_ranks_environment_names_its_job_and_its_launcher_names_it_where_unreadable() -> None:
     from dataclasses import replace
 

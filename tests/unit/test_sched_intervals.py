@@ -14,6 +14,7 @@ from gputop.model.probe_abi import (
     WAKE_COLLECTIVE,
     WAKE_INPUT,
     WAKE_IRQ,
+    WAKE_NET,
     WAKE_NONE,
     WAKE_OTHER,
     GroupT,
@@ -282,6 +283,25 @@ def test_the_run_queue_after_an_input_wakeup_is_kept_apart() -> None:
     d = acc.update(rows(2000, {10: t})).per_tid[10]
     assert d.wait_input_ns == 300 * MS and d.runq_ns == 500 * MS
     assert d.runq_after_input_ns == 500 * MS
+
+
+def test_a_wait_ended_by_network_receive_processing_is_its_own_class_ended_or_in_progress() -> None:
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nvcsw=1)}))
+    # 300 ms in socket reads that ended; then blocked from 1500, woken by NET_RX at 1800.
+    t = thread(
+        10,
+        nvcsw=3,
+        blocked_ns=300 * MS,
+        wait_ns={WAKE_NET: 300 * MS},
+        out_ts=1500 * MS,
+        wake_ts=1800 * MS,
+        wake_class=WAKE_NET,
+    )
+    d = acc.update(rows(2000, {10: t})).per_tid[10]
+    assert d.wait_net_ns == 600 * MS
+    assert d.wait_irq_ns == d.wait_other_ns == d.wait_input_ns == d.wait_pending_ns == 0
+    assert d.runq_ns == 200 * MS and d.blocked_ns == 600 * MS
 
 
 def test_a_wait_ended_by_a_collective_thread_is_its_own_class_ended_or_in_progress() -> None:

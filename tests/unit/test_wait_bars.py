@@ -121,6 +121,29 @@ def test_throttled_time_is_carved_out_of_the_cpu_wait_never_counted_twice() -> N
                 assert split.pct(key) == whole.pct(key)
 
 
+def test_a_network_wait_is_its_own_part_beside_disk_io_and_only_where_there_is_some() -> None:
+    from gputop.model.waits import split_of
+    from gputop.screens.process import SPLIT_COLOURS
+    from gputop.widgets.wait_bars import COMPACT, GLYPHS, SHORT
+
+    # A worker blocked 90%: 60 woken by network receive processing, 25 by a timer, 5 unknown.
+    worker = dict(
+        offcpu_pct=95.0, runq_pct=5.0, wait_input_pct=0.0, wait_irq_pct=25.0,
+        wait_thread_pct=0.0, wait_other_pct=0.0,
+    )  # fmt: skip
+    got = split_of(**worker, net_wait_pct=60.0)  # type: ignore[arg-type]
+    assert got is not None
+    assert [s.key for s in got.segments] == ["cpu", "runq", "input", "irq", "net", "other"]
+    assert (got.pct("net"), got.pct("irq"), got.pct("other")) == (60.0, 25.0, 5.0)
+    assert abs(sum(s.pct for s in got.segments) - 100.0) < 1e-9
+    # After disk I/O, before other; under half a percent it goes to other.
+    both = split_of(**worker, net_wait_pct=60.0, io_wait_pct=20.0)  # type: ignore[arg-type]
+    assert both is not None and [s.key for s in both.segments][-3:] == ["io", "net", "other"]
+    low = split_of(**worker, net_wait_pct=0.3)  # type: ignore[arg-type]
+    assert low is not None and "net" not in [s.key for s in low.segments]
+    assert all("net" in d for d in (GLYPHS, SHORT, COMPACT, SPLIT_COLOURS))
+
+
 def test_a_ranks_collective_wait_is_its_own_part_taken_from_other_and_only_for_ranks() -> None:
     from gputop.model.waits import split_of
     from gputop.widgets.wait_bars import COMPACT, GLYPHS, SHORT
@@ -297,4 +320,38 @@ def test_the_disk_io_line_says_what_was_measured_and_what_was_read() -> None:
     )
     assert "in disk I/O (uninterruptible sleep) 37%" in "\n".join(
         wait_lines(replace(p, io_wait_pct=37.4))
+    )
+
+
+def test_a_workers_drill_down_says_how_long_it_waited_on_the_network_and_for_whom() -> None:
+    from gputop.model.frame import NetPeer
+    from gputop.screens.process import net_line
+
+    p = replace(make_frames(1)[0].processes[0], net_wait_pct=None, peers=None)
+    assert net_line(p) is None and net_line(replace(p, net_wait_pct=0.2)) is None
+    assert net_line(replace(p, net_wait_pct=84.6)) == "waiting on the network 85% of the interval"
+    peers = (NetPeer("127.0.0.1", 41825), NetPeer("2001:db8::7", 443))
+    assert net_line(replace(p, net_wait_pct=84.6, peers=peers)) == (
+        "waiting on the network 85% of the interval, reading from 127.0.0.1:41825,"
+        " [2001:db8::7]:443 (tcp)"
+    )
+
+
+def test_a_trainers_drill_down_says_where_its_workers_spend_their_time() -> None:
+    from gputop.model.frame import WorkersTime
+    from gputop.screens.process import workers_time_line
+
+    p = replace(make_frames(1)[0].processes[0], workers_time=None)
+    assert workers_time_line(p) is None, "no workers' split: nothing to say"
+    remote = WorkersTime(2, 3.4, 0.6, None, 0.0, 81.2, 14.8)
+    assert workers_time_line(replace(p, workers_time=remote)) == (
+        "its 2 DataLoader workers (each, on average): on a CPU 3%, waiting for a CPU 1%,"
+        " disk I/O 0%, network 81%, blocked otherwise 15%"
+    )
+    assert "network 81%" in "\n".join(wait_lines(replace(p, workers_time=remote)))
+    # Under /proc alone what the blocked time was is not known: said, never read as 0.
+    proc = WorkersTime(1, 40.0, 2.0, 10.0, None, None, 48.0)
+    assert workers_time_line(replace(p, workers_time=proc)) == (
+        "its 1 DataLoader worker (each, on average): on a CPU 40%, waiting for a CPU 2%,"
+        " throttled by its CPU limit 10%, blocked 48% (on what: needs the eBPF probe)"
     )
