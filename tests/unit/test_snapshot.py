@@ -281,6 +281,7 @@ def test_ten_minutes_of_frames_load_back_and_stay_small(tmp_path: Path) -> None:
     path = write_bundle(frames, META, str(tmp_path), None, True)
     # About 3.6 kB a frame: every contract field is written, nulls included (2.01 MB once
     # io_wait_pct and psi_io_some joined, 2.19 MB once each GPU's lost time and each
-    # verdict's cost did).
-    assert os.path.getsize(path) < 2_250_000
+    # verdict's cost did, 2.30 MB once each process's network wait and workers' split, each
+    # network peers and each process's SLURM job did).
+    assert os.path.getsize(path) < 2_400_000
     assert len(load_bundle(path).frames) == 600
