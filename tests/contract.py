@@ -12,6 +12,7 @@ CAUSES = {
     "input_compute",
     "input_storage",
     "input_remote",
+    "transfer",
     "trainer_work",
     "straggler",
     "gpu_side",

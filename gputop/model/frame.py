@@ -35,6 +35,7 @@ Cause = Literal[
     "input_compute",
     "input_storage",
     "input_remote",
+    "transfer",
     "trainer_work",
     "straggler",
     "gpu_side",
@@ -110,6 +111,17 @@ class GpuSample:
     (frames written before it existed)."""
     lost_since: float | None = None
     """Unix time the count of ``lost_gpu_s`` began."""
+    pcie_gen: int | None = None
+    """The PCIe link's current generation (it trains down while idle); None: n/a."""
+    pcie_gen_max: int | None = None
+    """The highest generation this GPU and its slot allow."""
+    pcie_width: int | None = None
+    """The link's current width (lanes)."""
+    pcie_width_max: int | None = None
+    pcie_tx_kb_s: float | None = None
+    """PCIe throughput out of the GPU (to the host), KB/s, NVML's 20 ms sample."""
+    pcie_rx_kb_s: float | None = None
+    """PCIe throughput into the GPU (host-to-device copies), KB/s."""
 
     @property
     def power_pct(self) -> float | None:
@@ -299,6 +311,12 @@ class ProcessSample:
     gpu_sync_pct: float | None = None
     gpu_sync_spin_pct: float | None = None
     gpu_sync_runq_pct: float | None = None
+    # Main thread inside host-to-device copies (cuMemcpyHtoD*, and the generic copies from
+    # host memory), and the parts of that on a CPU (the driver staging pageable memory) and
+    # waiting for one; None where not measured, as gpu_sync_pct.
+    h2d_copy_pct: float | None = None
+    h2d_copy_cpu_pct: float | None = None
+    h2d_copy_runq_pct: float | None = None
     # All its threads waiting for a CPU, % of the interval (summed: can exceed 100); the
     # base of its preemptors' shares (eBPF only, for the processes whose preemptors are kept).
     runq_threads_pct: float | None = None
@@ -527,12 +545,17 @@ def _plain(obj: Any, skip: str = "") -> dict[str, Any]:
 # A process that is no distributed job's rank leaves these out (they read back as null):
 # most processes are none, and a snapshot holds every process of every frame.
 _RANK_FIELDS = ("job_id", "rank", "world_size", "local_rank")
+# Extras only a trainer or a worker waiting on the network has: left out where null.
+_SPARSE_FIELDS = ("peers", "workers_time", "h2d_copy_cpu_pct", "h2d_copy_runq_pct")
 
 
 def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
     d = _plain(p, skip="threads")
     if p.job_id is None:
         for name in _RANK_FIELDS:
+            del d[name]
+    for name in _SPARSE_FIELDS:
+        if d[name] is None:
             del d[name]
     if threads:
         d["threads"] = [_plain(t) for t in p.threads]
