@@ -225,8 +225,7 @@ class OpenStorage:
 class NetPeer:
     """The remote end of a process's established TCP connection (``gputop/sources/sockets.py``)."""
 
-    address: str
-    """``10.0.4.12``, ``2001:db8::7`` (an IPv4-mapped IPv6 address as IPv4)."""
+    address: str  # 10.0.4.12, 2001:db8::7 (an IPv4-mapped IPv6 address as IPv4)
     port: int
 
     def describe(self) -> str:
@@ -240,8 +239,7 @@ class WorkersTime:
     """Where a trainer's DataLoader workers spent the interval: each part the mean share of
     one worker's main thread (the parts sum to 100), measured as the trainer's own split."""
 
-    workers: int
-    """The worker processes the means are over."""
+    workers: int  # the worker processes the means are over
     cpu_pct: float
     """On a CPU (loading, decoding, collating)."""
     runq_pct: float
