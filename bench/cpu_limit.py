@@ -1,5 +1,5 @@
 """Prints what gputop says about a DataLoader job in a CPU-limited cgroup, beside the kernel's own
-accounting (docs/diagnosis.md: `limit_used_pct`, `culprit_share_pct`).
+accounting (docs/thresholds.md: `limit_used_pct`, `culprit_share_pct`).
 
 A real CPU-PyTorch DataLoader loop (tests/torchjob.py LOOP: 2 workers burning 32 ms of
 CPU per batch for a 20 ms sleeping step, ~1.6 CPUs wanted) runs in a new cgroup capped

@@ -1,4 +1,4 @@
-"""Prints the numbers the diagnosis thresholds were derived from (docs/diagnosis.md).
+"""Prints the numbers the diagnosis thresholds were derived from (docs/thresholds.md).
 
 For each experiment a real CPU-PyTorch DataLoader loop (tests/torchjob.py LOOP,
 which times its own next(iterator) and GPU stand-in with perf_counter) runs,

@@ -1,4 +1,4 @@
-"""Prints the numbers ``worker_io_wait_pct`` (docs/diagnosis.md) was set from.
+"""Prints the numbers ``worker_io_wait_pct`` (docs/thresholds.md) was set from.
 
 Each case runs the truth loop (tests/truthloop.py: a real PyTorch DataLoader with 2
 workers, each sample some CPU work and, with a device, one random 4 KiB ``O_DIRECT``

@@ -47,6 +47,9 @@ static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
 static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *unsafe_ptr) = (void *)113;
+static void *(*bpf_get_current_task_btf)(void) = (void *)158;
+static long (*bpf_find_vma)(void *task, u64 addr, void *callback_fn, void *callback_ctx,
+                            u64 flags) = (void *)180;
 
 #define GT_ANY 0      // BPF_ANY
 #define GT_NOEXIST 1  // BPF_NOEXIST
@@ -92,6 +95,20 @@ struct task_struct {
 struct task_struct___pre514 {
     long state;
 } __attribute__((preserve_access_index));
+// What the probe reads of a memory mapping (a copy's source): its flags, and its file's mode.
+struct inode {
+    unsigned short i_mode;
+} __attribute__((preserve_access_index));
+struct file {
+    struct inode *f_inode;
+} __attribute__((preserve_access_index));
+struct vm_area_struct {
+    unsigned long vm_flags;  // in an anonymous union since Linux 6.3: found by name
+    struct file *vm_file;
+} __attribute__((preserve_access_index));
+#define VM_READ 0x1        // include/linux/mm.h, unchanged since 2.6
+#define S_IFMT 00170000    // include/uapi/linux/stat.h
+#define S_IFREG 0100000
 // The one socket field the probe reads (sock:sk_data_ready's socket): its address family.
 struct sock_common {
     unsigned short skc_family;
@@ -191,6 +208,59 @@ static __always_inline u32 gt_sk_family(void *ctx) {
 const volatile struct probe_config probe_config = {};
 #define MAX_CPUS (probe_config.max_cpus)
 
+// Whether an address of the current process is host memory, as far as the probe can tell:
+// a readable mapping that is anonymous or of a regular file (the heap, a stack, a mapped
+// dataset). A device's memory is not: no mapping in the process, a reservation it cannot
+// read, or a mapping of the driver's character device.
+static long gt_host_vma(void *task, struct vm_area_struct *vma, void *data) {
+    u32 *host = data;
+    unsigned long flags = 0;
+    struct file *file = NULL;
+    bpf_probe_read_kernel(&flags, sizeof(flags), &vma->vm_flags);
+    bpf_probe_read_kernel(&file, sizeof(file), &vma->vm_file);
+    if (!(flags & VM_READ))
+        return 0;
+    if (!file) {
+        *host = 1;
+        return 0;
+    }
+    struct inode *inode = NULL;
+    unsigned short mode = 0;
+    bpf_probe_read_kernel(&inode, sizeof(inode), &file->f_inode);
+    if (inode)
+        bpf_probe_read_kernel(&mode, sizeof(mode), &inode->i_mode);
+    *host = (mode & S_IFMT) == S_IFREG;
+    return 0;
+}
+
+// A uprobe's second argument (a copy's source), from the register the loader named. One
+// function per machine, never inlined: a single load at an offset chosen at run time would
+// be a load through a modified context pointer, which the verifier refuses.
+static __attribute__((noinline)) u64 gt_arg2_x86_64(void *ctx) {
+    return ((u64 *)ctx)[ARG2_X86_64];
+}
+
+static __attribute__((noinline)) u64 gt_arg2_aarch64(void *ctx) {
+    return ((u64 *)ctx)[ARG2_AARCH64];
+}
+
+static __always_inline u64 gt_arg2(void *ctx) {
+    if (probe_config.arg2_reg == ARG2_X86_64)
+        return gt_arg2_x86_64(ctx);
+    if (probe_config.arg2_reg == ARG2_AARCH64)
+        return gt_arg2_aarch64(ctx);
+    return 0;
+}
+
+static __always_inline int gt_copy_from_host(void *ctx) {
+    u64 src = gt_arg2(ctx);
+    u32 host = 0;
+    if (src)
+        bpf_find_vma(bpf_get_current_task_btf(), src, gt_host_vma, &host, 0);
+    return host;
+}
+#define GT_COPY_FROM_HOST(ctx) gt_copy_from_host(ctx)
+
 // sched_process_exit gained its group_dead argument in Linux 6.16, with its own
 // record type (which is how this build tells); older kernels pass the task alone.
 #define GT_EXIT_EVENT(args, tid, group_dead)                                            \
@@ -255,6 +325,9 @@ struct gt_sk_data_ready_rec {
 #define GT_SOFTIRQ_VEC(ctx) (((struct gt_softirq_rec *)(ctx))->vec)
 #define GT_SK_FAMILY(ctx) (((struct gt_sk_data_ready_rec *)(ctx))->family)
 #define GT_UPROBE(name) int name(struct pt_regs *ctx)
+// bcc's build runs where the kernel has no BTF, so no bpf_find_vma: a generic copy's
+// direction cannot be told, and it counts as a wait for the GPU like the other copies.
+#define GT_COPY_FROM_HOST(ctx) 0
 #define GT_URETPROBE(name) int name(struct pt_regs *ctx)
 
 // NOT_RUNNABLE_MASK, DEAD_MASK, MAX_CPUS and HAVE_GROUP_DEAD come as -D flags.

@@ -11,7 +11,8 @@
 #define WAKE_SYNC 5
 #define WAKE_COLLECTIVE 6
 #define WAKE_NET 7
-#define WAKE_CLASSES 8
+#define WAKE_H2D 8
+#define WAKE_CLASSES 9
 #define PIPE_COLLECTIVE 2147483648
 #define HIST_SLOTS 40
 #define WAIT_SLOTS 4
@@ -23,6 +24,8 @@
 #define ERR_AUX_MAP_FULL 3
 #define ERR_ACTIVITY_FULL 4
 #define ERROR_SLOTS 5
+#define ARG2_X86_64 13
+#define ARG2_AARCH64 1
 #define DEFAULT_MAX_THREADS 32768
 #define DEFAULT_MAX_TGIDS 8192
 #define DEFAULT_MAX_PIPELINE 4096
@@ -43,7 +46,7 @@ struct thread_t {
     u32 longest_ep[2];
     u32 tgid;
     u32 runnable;  // state at the last switch-out
-    u64 wait_ns[8];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
+    u64 wait_ns[9];  // blocked time by who ended it (WAKE_*); [WAKE_NONE]: no sched_waking seen
     u64 sync_since;  // when the outermost CUDA synchronization call in progress began
     u64 sync_ns;  // time inside CUDA synchronization calls that have returned
     u64 sync_oncpu_ns;  // of which on a CPU (spinning)
@@ -51,6 +54,10 @@ struct thread_t {
     u64 runq_after_input_ns;  // run-queue wait right after a wake-up by the input pipeline
     u64 throttled_ns;  // of runq_ns: held back by its cgroup's CPU limit (CO-RE build only)
     u64 io_wait_ns;  // of blocked_ns: in uninterruptible sleep (D), up to its wakeup
+    u64 h2d_since;  // when the outermost host-to-device copy in progress began
+    u64 h2d_ns;  // time inside host-to-device copies that have returned
+    u64 h2d_oncpu_ns;  // of which on a CPU (the driver staging pageable memory, or spinning)
+    u64 h2d_runq_ns;  // of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_H2D])
     u32 wake_class;  // class of the waking that ended the current blocked stretch
     u32 wait_slot;  // a watched thread waiting for a CPU: its slot in cpu_waiters + 1
     u32 waker_tgid;  // WAKE_OTHER of a watched thread: the waking process
@@ -58,6 +65,8 @@ struct thread_t {
     u32 active_ep;  // epoch + 1 in which its process was last marked in the activity map
     u32 throttled;  // the last runnable switch-out was its cgroup's CPU limit (SWITCH_THROTTLED)
     u32 io_wait;  // the last blocked switch-out was in uninterruptible sleep (SWITCH_IO_WAIT)
+    u32 h2d_depth;  // host-to-device copies in progress (nested calls count once)
+    u32 copy_h2d;  // the generic copy in progress (cuMemcpy, cuMemcpyAsync) reads host memory
     u32 pad;
 };
 
@@ -113,7 +122,7 @@ struct irq_depth_t {
 
 struct probe_config {
     u32 max_cpus;  // bound of the per-CPU slots (possible CPUs)
-    u32 pad;
+    u32 arg2_reg;  // a function's second argument: its u64 index in pt_regs (ARG2_*; 0: unknown)
 };
 
 #endif

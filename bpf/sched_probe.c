@@ -206,6 +206,8 @@ static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out,
             t->throttled_ns += end - out;
         if (t->sync_depth)
             t->sync_runq_ns += end - out;
+        else if (t->h2d_depth)
+            t->h2d_runq_ns += end - out;
         return;
     }
     u64 blocked = end - out;
@@ -225,6 +227,10 @@ static __always_inline void account_offcpu(u32 tid, struct thread_t *t, u64 out,
     if (t->sync_depth) {
         cls = WAKE_SYNC;
         t->sync_runq_ns += runq;
+    } else if (t->h2d_depth) {
+        // Blocked inside a host-to-device copy (the driver waiting for a DMA chunk).
+        cls = WAKE_H2D;
+        t->h2d_runq_ns += runq;
     } else if (cls == WAKE_INPUT) {
         // The batch arrived; waiting for a CPU to take it is still getting the batch.
         t->runq_after_input_ns += runq;
@@ -367,6 +373,8 @@ static __always_inline int on_switch(u32 prev, u32 next, u32 how) {
                     t->oncpu_ns += now - t->in_ts;
                     if (t->sync_depth)
                         t->sync_oncpu_ns += now - max_u64(t->in_ts, t->sync_since);
+                    else if (t->h2d_depth)
+                        t->h2d_oncpu_ns += now - max_u64(t->in_ts, t->h2d_since);
                 } else if (t->out_ts != 0) {
                     // Its switch-in never reached us (about 1% of switches do
                     // not; docs/ebpf.md). A woken thread was blocked until its
@@ -643,11 +651,14 @@ GT_IRQ_PAIR(ipi)
 // Attached by user space as uprobes and uretprobes on the libcuda each watched
 // trainer maps, once per library file; only watched processes are counted.
 // Nested calls (a copy that synchronizes inside) count once, from the outermost.
-GT_UPROBE(on_sync_enter) {
+
+// The calling thread's entry, made where a watched process has none yet; NULL where the
+// process is not watched.
+static __always_inline struct thread_t *watched_thread(void) {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     if (!GT_LOOKUP(watched, &tgid))
-        return 0;
+        return NULL;
     u32 tid = id;
     struct thread_t *t = GT_LOOKUP(threads, &tid);
     if (!t) {
@@ -655,24 +666,28 @@ GT_UPROBE(on_sync_enter) {
         if (GT_INSERT(threads, &tid, &zero) != 0)
             count_error(ERR_THREAD_MAP_FULL);
         t = GT_LOOKUP(threads, &tid);
-        if (!t)
-            return 0;
     }
+    return t;
+}
+
+static __always_inline struct thread_t *current_thread(void) {
+    u32 tid = bpf_get_current_pid_tgid();
+    return GT_LOOKUP(threads, &tid);
+}
+
+static __always_inline void sync_begin(struct thread_t *t) {
     if (t->sync_depth == 0)
         t->sync_since = bpf_ktime_get_ns();
     t->sync_depth += 1;
-    return 0;
 }
 
-GT_URETPROBE(on_sync_exit) {
-    u32 tid = bpf_get_current_pid_tgid();
-    struct thread_t *t = GT_LOOKUP(threads, &tid);
-    // Zero: a call that began before the probe was attached (never counted).
-    if (!t || t->sync_depth == 0)
-        return 0;
+// Zero depth: a call that began before the probe was attached (never counted).
+static __always_inline void sync_end(struct thread_t *t) {
+    if (t->sync_depth == 0)
+        return;
     t->sync_depth -= 1;
     if (t->sync_depth != 0)
-        return 0;
+        return;
     u64 now = bpf_ktime_get_ns();
     if (now > t->sync_since)
         t->sync_ns += now - t->sync_since;
@@ -681,5 +696,88 @@ GT_URETPROBE(on_sync_exit) {
     if (t->in_ts && now > from)
         t->sync_oncpu_ns += now - from;
     t->sync_since = 0;
+}
+
+// Host-to-device copies: the same accounting, in fields of their own. Time inside one is
+// the trainer's copying (pageable memory staged by the driver on a CPU), not a wait for
+// the GPU; a synchronization inside one is the GPU's (sync_depth comes first).
+static __always_inline void h2d_begin(struct thread_t *t) {
+    if (t->h2d_depth == 0)
+        t->h2d_since = bpf_ktime_get_ns();
+    t->h2d_depth += 1;
+}
+
+static __always_inline void h2d_end(struct thread_t *t) {
+    if (t->h2d_depth == 0)
+        return;
+    t->h2d_depth -= 1;
+    if (t->h2d_depth != 0)
+        return;
+    u64 now = bpf_ktime_get_ns();
+    if (now > t->h2d_since)
+        t->h2d_ns += now - t->h2d_since;
+    u64 from = max_u64(t->in_ts, t->h2d_since);
+    if (t->in_ts && now > from && !t->sync_depth)
+        t->h2d_oncpu_ns += now - from;
+    t->h2d_since = 0;
+}
+
+GT_UPROBE(on_sync_enter) {
+    struct thread_t *t = watched_thread();
+    if (t)
+        sync_begin(t);
+    return 0;
+}
+
+GT_URETPROBE(on_sync_exit) {
+    struct thread_t *t = current_thread();
+    if (t)
+        sync_end(t);
+    return 0;
+}
+
+// The driver's host-to-device copies (cuMemcpyHtoD*, cuMemcpyHtoA*, every form).
+GT_UPROBE(on_h2d_enter) {
+    struct thread_t *t = watched_thread();
+    if (t)
+        h2d_begin(t);
+    return 0;
+}
+
+GT_URETPROBE(on_h2d_exit) {
+    struct thread_t *t = current_thread();
+    if (t)
+        h2d_end(t);
+    return 0;
+}
+
+// Copies whose direction the pointers give (cuMemcpy, cuMemcpyAsync and their per-thread
+// forms): a host-to-device copy where the source is host memory as far as the probe can
+// tell (GT_COPY_FROM_HOST: dialect.h), else a wait for the GPU as the other copies. They
+// never nest in one another, so one flag says which the call in progress is.
+GT_UPROBE(on_copy_enter) {
+    struct thread_t *t = watched_thread();
+    if (!t)
+        return 0;
+    if (GT_COPY_FROM_HOST(ctx)) {
+        t->copy_h2d = 1;
+        h2d_begin(t);
+    } else {
+        t->copy_h2d = 0;
+        sync_begin(t);
+    }
+    return 0;
+}
+
+GT_URETPROBE(on_copy_exit) {
+    struct thread_t *t = current_thread();
+    if (!t)
+        return 0;
+    if (t->copy_h2d) {
+        t->copy_h2d = 0;
+        h2d_end(t);
+    } else {
+        sync_end(t);
+    }
     return 0;
 }

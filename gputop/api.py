@@ -286,7 +286,7 @@ def _lost_between(first: Frame, last: Frame, index: int) -> dict[str, float]:
     def of(f: Frame) -> dict[str, float]:
         for g in f.gpus:
             if g.index == index:
-                return g.lost_gpu_s or {}
+                return {c: s for c, s in (g.lost_gpu_s or {}).items()}
         return {}
 
     before, after = of(first), of(last)

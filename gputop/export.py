@@ -308,6 +308,12 @@ class FrameCollector(Collector):
             " (mostly disk I/O; part of its blocked time)",
             PROC_LABELS,
         )
+        h2d = self._gauge(
+            "gputop_process_h2d_copy_percent",
+            "Share of the interval the main thread was inside host-to-device copies (a batch"
+            " copied from pageable memory, staged by the driver)",
+            PROC_LABELS,
+        )
         for p in _exported_processes(frame):
             labels = [
                 self.host,
@@ -331,6 +337,8 @@ class FrameCollector(Collector):
                 throttled.add_metric([*labels, p.cpu_throttled_source or ""], p.cpu_throttled_pct)
             if p.io_wait_pct is not None:
                 io_wait.add_metric(labels, p.io_wait_pct)
+            if p.h2d_copy_pct is not None:
+                h2d.add_metric(labels, p.h2d_copy_pct)
             lim = p.cpu_limit
             if lim is not None and lim.periods:
                 periods.add_metric(labels, 100.0 * (lim.throttled_periods or 0) / lim.periods)
@@ -350,6 +358,7 @@ class FrameCollector(Collector):
                 if pct is not None:
                     wait.add_metric([*labels, reason], pct)
         yield from (cpu, off, runq, pre, vol, total, gmem, wait, limit, throttled, periods, io_wait)
+        yield h2d
 
     def _verdict_metrics(self, frame: Frame) -> Iterator[Any]:
         gpu_of = {g.index: g for g in frame.gpus}

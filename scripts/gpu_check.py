@@ -99,6 +99,14 @@ CHECKS = (
         "sync",
     ),
     Check("overhead", "the loop's steps/s without gputop and with it", 25, "sync"),
+    Check(
+        "copy",
+        "a PyTorch loop copying a 64 MiB batch to the GPU each step, from pageable memory"
+        f" then from pinned (non_blocking): h2d_copy_pct within {SYNC_POINTS:g} points of"
+        " the loop's clock, pinned copies shorter, the entry points .to('cuda') reaches, the"
+        " PCIe link NVML reports",
+        30,
+    ),
     Check("starved", "the loop starved by CPU hogs on its CPUs: its verdict (cpu_contention)", 30),
 )
 NAMES = tuple(c.name for c in CHECKS)
@@ -291,8 +299,8 @@ def sync_run(run: Run, full: bool) -> dict[str, Any]:
     return dict(result)
 
 
-def _phase_numbers(data: dict[str, Any], ph: Phase) -> dict[str, Any]:
-    """gputop's mean gpu_sync_pct over the frames inside the phase, and the loop's own."""
+def _phase_numbers(data: dict[str, Any], ph: Phase, field: str = "gpu_sync_pct") -> dict[str, Any]:
+    """gputop's mean ``field`` over the frames inside the phase, and the loop's own."""
     pid, offset = data["pid"], data["offset"]
     steps = [s for s in data["steps"] if ph.start <= s.start and s.end <= ph.end]
     got, truth = [], []
@@ -302,7 +310,7 @@ def _phase_numbers(data: dict[str, Any], ph: Phase) -> dict[str, Any]:
         if t0 < ph.start or t1 > ph.end:
             continue
         row = row_of(f, pid)
-        got.append(None if row is None else row.get("gpu_sync_pct"))
+        got.append(None if row is None else row.get(field))
         truth.append(wait_share(data["steps"], t0, t1))
     measured = [g for g in got if g is not None]
     out: dict[str, Any] = {
@@ -365,6 +373,52 @@ def check_overhead(run: Run) -> list[Result]:
     return [Result("overhead", "INFO", detail, {"without": bare, "with": watched})]
 
 
+def check_copy(run: Run) -> list[Result]:
+    phases: list[Phase] = []
+    args = ("--kind", "copy-pageable", "--copy-mb", "64", "--gpu-ms", "5")
+    with loop_running(run, "copy", *args) as (loop, steps_path):
+        path, offsets = loop_library(loop.pid)
+        counters = UprobeCounters(loop.pid, path, offsets)
+        try:
+            env = run.gputop_env(nvml_env(run, loop.pid, util=30, sm=10, power_w=200))
+            with recording(run, "copy", env) as rec:
+                wait_measured(rec, loop.pid)
+                for kind in ("copy-pageable", "copy-pinned"):
+                    tell(loop, f"kind {kind}")
+                    time.sleep(0.8)
+                    ph = Phase(kind, False, time.monotonic(), hits_before=counters.read())
+                    time.sleep(run.phase_s)
+                    ph.hits_after = counters.read()
+                    ph.end = time.monotonic()
+                    phases.append(ph)
+                offset = mono_offset()
+            frames = rec.frames()
+        finally:
+            counters.close()
+        steps = read_steps(steps_path)
+    data = {"pid": loop.pid, "frames": frames, "steps": steps, "offset": offset}
+    rows = [_phase_numbers(data, ph, "h2d_copy_pct") for ph in phases]
+    gpu = next((f["gpus"][0] for f in reversed(frames) if f["gpus"]), {})
+    link = {k: gpu.get(k) for k in ("pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max")}
+    link["pcie_rx_kb_s"] = gpu.get("pcie_rx_kb_s")
+    bad = [f"{r['kind']}: no measured frame" for r in rows if "gputop" not in r]
+    if not bad:
+        page, pin = rows
+        if abs(page["gputop"] - page["loop"]) > SYNC_POINTS or page["loop"] < 5.0:
+            bad.append(f"pageable {page['gputop']:.1f} vs the loop's {page['loop']:.1f}")
+        if pin["loop"] >= page["loop"]:
+            bad.append(f"pinned copies took {pin['loop']:.1f}%, pageable {page['loop']:.1f}%")
+    detail = "; ".join(
+        f"{r['kind']}: gputop {r.get('gputop', float('nan')):.1f}% vs loop"
+        f" {r.get('loop', float('nan')):.1f}%, entry points {r['per_step'] or 'none'}"
+        for r in rows
+    )
+    detail += f"; link {link}"
+    if bad:
+        detail += "; " + "; ".join(bad)
+    return [Result("copy", "FAIL" if bad else "PASS", detail, {"phases": rows, "link": link})]
+
+
 RUNNERS: dict[str, Callable[[Run], list[Result]]] = {
     "doctor": check_doctor,
     "procaddr": check_procaddr,
@@ -373,6 +427,7 @@ RUNNERS: dict[str, Callable[[Run], list[Result]]] = {
     "sync": check_sync,
     "overhead": check_overhead,
     "starved": check_starved,
+    "copy": check_copy,
 }
 
 

@@ -9,6 +9,12 @@ stdin:
     cpu          logits.cpu()                (the same, a bigger tensor)
     event        Event.record(); Event.synchronize()
 
+Two more kinds copy a ``--copy-mb`` batch to the GPU each step instead, and the line's
+wait is that copy (the step still ends in ``loss.item()``):
+
+    copy-pageable  batch.to("cuda")                           (pageable: the driver stages it)
+    copy-pinned    pinned.to("cuda", non_blocking=True)       (pinned: DMA, returns at once)
+
 Before it, each step gives the GPU ``--gpu-ms`` of work: ``torch.cuda._sleep`` (a
 kernel that keeps few SMs busy: GPU_UTIL high, SM activity low), or with ``--matmul``
 that long of large matrix products (every SM busy). One line per step goes to
@@ -38,7 +44,10 @@ import threading
 import time
 from collections.abc import Callable
 
-KINDS = ("synchronize", "item", "cpu", "event")
+KINDS = ("synchronize", "item", "cpu", "event", "copy-pageable", "copy-pinned")
+# The fake's copies: a pageable one staged on a CPU at about 4 GB/s, a pinned one at once.
+FAKE_PAGEABLE_MS_PER_MB = 0.25
+FAKE_PINNED_MS = 0.02
 RUNTIME_VERSION = 13000  # the CUDA version a CUDA 13 runtime asks cuGetProcAddress for
 LEGACY_STREAM = 1  # CU_GET_PROC_ADDRESS_LEGACY_STREAM
 
@@ -83,6 +92,12 @@ class FakeGpu:
                 "cuEventSynchronize",
             )
         }
+        copy = ctypes.CFUNCTYPE(
+            ctypes.c_int, ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p
+        )
+        self.h2d = copy(self._proc_address("cuMemcpyHtoDAsync"))
+        self.device = ctypes.c_ulonglong()
+        self.lib.cuMemAlloc_v2(ctypes.byref(self.device), ctypes.c_size_t(4096))
 
     def _proc_address(self, base: str) -> int:
         fn = ctypes.c_void_p()
@@ -99,6 +114,13 @@ class FakeGpu:
 
     def launch(self, ms: float) -> None:
         self.lib.fake_cuda_launch(ctypes.c_longlong(int(ms * 1e6)))
+
+    def copy(self, pinned: bool, mb: float) -> None:
+        """A batch's copy to the GPU from host memory (cuMemcpyHtoDAsync, as the runtime
+        gets it): staged on a CPU when pageable, handed to the DMA engine when pinned."""
+        ms = FAKE_PINNED_MS if pinned else mb * FAKE_PAGEABLE_MS_PER_MB
+        self.lib.fake_cuda_set_h2d(ctypes.c_longlong(int(ms * 1e6)), 1)
+        self.h2d(self.device.value, ctypes.addressof(self.host), 4096, None)
 
     def wait(self, kind: str) -> None:
         if kind == "synchronize":
@@ -137,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sample-cpu-ms", type=float, default=0.1)
     ap.add_argument("--cpus", default=None, help="pin the loop (and its workers) to these CPUs")
+    ap.add_argument("--copy-mb", type=float, default=64.0, help="the batch copy-* kinds copy")
     args = ap.parse_args(argv)
 
     if args.cpus:
@@ -182,6 +205,20 @@ def main(argv: list[str] | None = None) -> int:
         gpu_work = lambda: torch.cuda._sleep(cycles)  # noqa: E731
 
     kind = [args.kind]
+    batch = pinned = None
+    if fake is None:
+        batch = torch.empty(int(args.copy_mb * 2**20) // 4, dtype=torch.float32)
+        pinned = batch.pin_memory()
+
+    def copy_batch(k: str) -> None:
+        if fake is not None:
+            fake.copy(k == "copy-pinned", args.copy_mb)
+        elif k == "copy-pinned":
+            assert pinned is not None
+            pinned.to(dev, non_blocking=True)
+        else:
+            assert batch is not None
+            batch.to(dev)
 
     def control() -> None:
         # A file of its own on the same pipe: a DataLoader worker forked while this
@@ -209,19 +246,26 @@ def main(argv: list[str] | None = None) -> int:
             gpu_work()
             k = kind[0]
             w0 = time.perf_counter()
+            if k.startswith("copy-"):
+                copy_batch(k)
+                w1 = time.perf_counter()
+                end_step = "item"
+            else:
+                end_step = k
             if fake is not None:
-                fake.wait(k)
-            elif k == "synchronize":
+                fake.wait(end_step)
+            elif end_step == "synchronize":
                 torch.cuda.synchronize()
-            elif k == "item":
+            elif end_step == "item":
                 loss.item()
-            elif k == "cpu":
+            elif end_step == "cpu":
                 logits.cpu()
             else:
                 assert event is not None
                 event.record()
                 event.synchronize()
-            w1 = time.perf_counter()
+            if not k.startswith("copy-"):
+                w1 = time.perf_counter()
             out.write(f"{k} {t0:.7f} {w0:.7f} {w1:.7f} {time.perf_counter():.7f}\n")
             if step == 3:
                 print("ready", flush=True)

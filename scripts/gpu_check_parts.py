@@ -337,14 +337,14 @@ class UprobeCounters:
 
 def loop_library(pid: int) -> tuple[str, dict[str, int]]:
     """The libcuda the loop maps (reached through its root) and gputop's probed offsets in it."""
-    from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets, mapped_library
+    from gputop.sources.cuda_probe import PROBED_FUNCTIONS, function_offsets, mapped_library
 
     with open(f"/proc/{pid}/maps") as f:
         lib = mapped_library(f.read())
     if lib is None:
         raise CheckError(f"the loop (pid {pid}) maps no libcuda.so")
     path = f"/proc/{pid}/root{lib.path}"
-    return path, function_offsets(path, SYNC_FUNCTIONS)
+    return path, function_offsets(path, PROBED_FUNCTIONS)
 
 
 def per_step(before: dict[str, int], after: dict[str, int], steps: int) -> dict[str, float]:

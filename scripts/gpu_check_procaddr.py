@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gputop.sources.cuda_probe import SYNC_FUNCTIONS  # noqa: E402
+from gputop.sources.cuda_probe import PROBED_FUNCTIONS  # noqa: E402
 
 LEGACY_STREAM = 1  # CU_GET_PROC_ADDRESS_LEGACY_STREAM
 PER_THREAD = 2  # CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     version = ctypes.c_int(0)
     lib.cuDriverGetVersion(ctypes.byref(version))
     exports = {}
-    for name in SYNC_FUNCTIONS:
+    for name in PROBED_FUNCTIONS:
         try:
             exports[name] = ctypes.cast(lib[name], ctypes.c_void_p).value
         except AttributeError:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     get = getattr(lib, "cuGetProcAddress_v2", None)
     lookups = []
     versions = sorted({*RUNTIME_VERSIONS, version.value} - {0})
-    for base in sorted({base_name(n) for n in SYNC_FUNCTIONS}):
+    for base in sorted({base_name(n) for n in PROBED_FUNCTIONS}):
         for flags in (LEGACY_STREAM, PER_THREAD):
             for v in versions:
                 fn = ctypes.c_void_p()
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "cuInit": init_rc,
         "driver_version": version.value,
         "exported": sorted(exports),
-        "not_exported": sorted(set(SYNC_FUNCTIONS) - set(exports)),
+        "not_exported": sorted(set(PROBED_FUNCTIONS) - set(exports)),
         "lookups": lookups,
     }
     args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -12,6 +12,7 @@ CAUSES = {
     "input_compute",
     "input_storage",
     "input_remote",
+    "transfer",
     "trainer_work",
     "straggler",
     "gpu_side",
@@ -77,7 +78,14 @@ def check_frame(d: dict[str, Any]) -> None:
             assert _is(p[k], NUM) and p[k] >= 0, f"process.{k}"
         assert isinstance(p["gpus"], list) and all(isinstance(i, int) for i in p["gpus"])
         assert _is(p["gpu_mem_mib"], int, nullable=True)
-        for k in ("wait_input_pct", "wait_thread_pct", "wait_irq_pct", "wait_other_pct"):
+        for k in (
+            "wait_input_pct",
+            "wait_thread_pct",
+            "wait_irq_pct",
+            "wait_other_pct",
+            "net_wait_pct",
+            "h2d_copy_pct",
+        ):
             assert _is(p[k], NUM, nullable=True), f"process.{k}"
             assert p[k] is None or 0 <= p[k] <= 100, f"process.{k}={p[k]}"
         pre = p["preemptors"]

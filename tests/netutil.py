@@ -34,9 +34,12 @@ reply = b"r" * size
 
 def serve(conn):
     f = conn.makefile("rb")
-    for _ in f:
-        time.sleep(delay_s)
-        conn.sendall(reply)
+    try:
+        for _ in f:
+            time.sleep(delay_s)
+            conn.sendall(reply)
+    except OSError:
+        pass  # the client went away
 
 while True:
     conn, _ = srv.accept()

@@ -10,13 +10,14 @@ wait (``/proc/self/task/TID/schedstat``), so what is left is the time it was
 a spinning synchronization burns). One line per step goes to ``--out``:
 
     next_start next_end blocked_in_next_ns step_end runq_in_next_ns step_cpu_ns wait_start
-    work_cpu_ns
+    work_cpu_ns copy_start copy_ns
 
-(monotonic seconds, nanoseconds; ``wait_start``: when the step's first waiting CUDA
-call began, or next_end without the fake libcuda; ``work_cpu_ns``: on a CPU from next()'s
-start to the GPU step). ``blocked_share()`` turns those lines into the
-share of a window [t0, t1] the loop spent blocked in ``next``, so a test can set
-it beside gputop's ``wait_input_pct`` over the same window.
+(monotonic seconds, nanoseconds; ``wait_start``: when the step's first waiting CUDA call
+began, or next_end without the fake libcuda; ``work_cpu_ns``: on a CPU from next()'s start
+to the GPU step; ``copy_start``/``copy_ns``: the batch's host-to-device copy with
+``--h2d-ms``, when it began and how long it took, else 0). ``blocked_share()`` turns those
+lines into the share of a window [t0, t1] the loop spent blocked in ``next``, so a test can
+set it beside gputop's ``wait_input_pct`` over the same window.
 
 Tests import ``running_loop`` and ``blocked_share``; the loop itself imports only
 torch and the standard library, so ``spawn`` and ``forkserver`` workers can
@@ -137,7 +138,7 @@ class _Cuda:
     waits for the queued work inside the copy, then cuStreamSynchronize, which finds
     nothing left to wait for. ``waited_at`` is when the step's first waiting call began."""
 
-    def __init__(self, path: str, step_s: float, spin: bool, kind: str) -> None:
+    def __init__(self, path: str, step_s: float, spin: bool, kind: str, h2d_s: float = 0.0) -> None:
         import ctypes
 
         self.lib = ctypes.CDLL(path)
@@ -146,8 +147,28 @@ class _Cuda:
         self.lib.fake_cuda_set(self.step_ns if kind == "sync" else ctypes.c_longlong(0), int(spin))
         self.scalar = ctypes.create_string_buffer(4)
         self.waited_at = 0.0
+        # The batch's copy to the GPU from pageable memory: the driver staging it on a CPU.
+        self.h2d = h2d_s > 0
+        self.lib.fake_cuda_set_h2d(ctypes.c_longlong(int(h2d_s * 1e9)), 1)
+        self.batch = ctypes.create_string_buffer(1 << 16)
+        self.device = ctypes.c_ulonglong()
+        self.lib.cuMemAlloc_v2(ctypes.byref(self.device), ctypes.c_size_t(1 << 16))
+        self.copy_at = 0.0
+        self.copy_ns = 0
+
+    def copy(self) -> None:
+        """The batch's ``.to("cuda")``: cuMemcpyHtoDAsync_v2 from pageable memory."""
+        import ctypes
+
+        self.copy_at = time.perf_counter()
+        self.lib.cuMemcpyHtoDAsync_v2(
+            ctypes.c_ulonglong(self.device.value), self.batch, ctypes.c_size_t(1 << 16), None
+        )
+        self.copy_ns = int((time.perf_counter() - self.copy_at) * 1e9)
 
     def step(self) -> None:
+        if self.h2d:
+            self.copy()
         if self.kind == "item":
             self.lib.fake_cuda_launch(self.step_ns)
             self.waited_at = time.perf_counter()
@@ -233,6 +254,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cuda-* stand-ins: cuStreamSynchronize waits (sync), or .item()'s copy does (item)",
     )
     ap.add_argument(
+        "--h2d-ms",
+        type=float,
+        default=0.0,
+        help="cuda-* stand-ins: copy each batch to the GPU first (the fake's"
+        " cuMemcpyHtoDAsync_v2 from pageable memory, on a CPU this long)",
+    )
+    ap.add_argument(
         "--cuda-after-s",
         type=float,
         default=0.0,
@@ -311,7 +339,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         nonlocal standin
         if _cuda is None and args.standin.startswith("cuda-") and time.monotonic() >= cuda_at:
             assert args.cuda_lib, "--cuda-lib is needed for a cuda-* stand-in"
-            _cuda = _Cuda(args.cuda_lib, step_s, args.standin == "cuda-spin", args.cuda_step)
+            _cuda = _Cuda(
+                args.cuda_lib,
+                step_s,
+                args.standin == "cuda-spin",
+                args.cuda_step,
+                args.h2d_ms / 1000.0,
+            )
             standin = args.standin
 
     # A process NVML lists has its CUDA context: the library is mapped before "ready"
@@ -353,9 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             end = time.perf_counter()
             c3 = time.thread_time_ns()
             waited = _cuda.waited_at if _cuda is not None else t1
+            copy_at, copy_ns = (_cuda.copy_at, _cuda.copy_ns) if _cuda is not None else (0.0, 0)
             out.write(
                 f"{t0:.7f} {t1:.7f} {max(0, blocked)} {end:.7f} {r1 - r0} {c3 - c2} {waited:.7f}"
-                f" {c2 - c0}\n"
+                f" {c2 - c0} {copy_at:.7f} {copy_ns}\n"
             )
 
 
@@ -373,13 +408,15 @@ class Step:
     # On a CPU from next()'s start to the GPU step: unpickling and collating the batch, and
     # the trainer's own work per step (its thread CPU clock; 0: not recorded).
     work_cpu_ns: int = 0
+    copy_start: float = 0.0  # the batch's host-to-device copy: when it began (0: none)
+    copy_ns: int = 0  # and how long it took
 
 
 def read_steps(path: Path) -> list[Step]:
     steps = []
     for line in path.read_text().splitlines(keepends=True):
         parts = line.split()
-        if len(parts) not in (6, 7, 8) or not line.endswith("\n"):
+        if len(parts) not in (6, 7, 8, 10) or not line.endswith("\n"):
             continue  # the last line may be half-written
         steps.append(
             Step(
@@ -390,7 +427,9 @@ def read_steps(path: Path) -> list[Step]:
                 int(parts[4]),
                 int(parts[5]),
                 float(parts[6]) if len(parts) >= 7 else 0.0,
-                int(parts[7]) if len(parts) == 8 else 0,
+                int(parts[7]) if len(parts) >= 8 else 0,
+                float(parts[8]) if len(parts) == 10 else 0.0,
+                int(parts[9]) if len(parts) == 10 else 0,
             )
         )
     return steps

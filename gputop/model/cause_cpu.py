@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gputop.model.causes import Judgement
-from gputop.model.fixes import Culprit, HostFacts, limit_fixes, starving_fixes
+from gputop.model.fixes import Culprit, HostFacts, cpu_list, limit_fixes, starving_fixes
 from gputop.model.frame import Preemptor, VerdictState
 from gputop.model.hostside import HostSide, gputop_pids, job_pids, measured_culprits
 from gputop.model.job import Job, job_preemptors
@@ -135,6 +135,7 @@ def host_facts(job: Job, host: HostAgg, t: Thresholds) -> HostFacts:
         per_cpu_pct=host.per_cpu_pct if len(host.per_cpu_pct) == len(online) else (),
         others_cpu_pct=sum(p.cpu_pct for p in job.others),
         culprits=culprits(job, t),
+        job_cpu_pct=sum(p.cpu_pct for p in (*job.trainers, *job.dataloaders)),
     )
 
 
@@ -157,16 +158,33 @@ def starved(
     if limit is not None:
         ev.append(_limit_line(limit, secs))
     ev.extend(hs.lines)
+    facts = host_facts(job, host, t)
+    if limit is None and facts.boxed():
+        ev.append(_boxed_line(facts, host, secs))
     shares = job_preemptors(job)
     if shares is not None:
         ev.append(_lost_time_line(job, shares, t))
     ev.append(host_line(host))
-    facts = host_facts(job, host, t)
     if shares is None and limit is None and facts.culprits:
         ev.append(others_line(facts.culprits))
     if limit is not None:
         return Judgement(state, tuple(ev), limit_fixes(facts), "cpu_limit")
     return Judgement(state, tuple(ev), starving_fixes(facts), "cpu_contention")
+
+
+def _boxed_line(f: HostFacts, host: HostAgg, secs: str) -> str:
+    """The job's CPU set, smaller than its busy processes need, beside idle CPUs."""
+    allowed = sorted(set(f.job_cpus or ()) & set(f.cpus_online))
+    busy = dict(zip(f.cpus_online, f.per_cpu_pct, strict=False))
+    idle = ", ".join(f"CPU {c} ({whole(busy[c])}% busy)" for c in f.idle_outside())
+    n = len(allowed)
+    return (
+        f"its CPU set holds it back: the trainer and its DataLoader workers may run only on"
+        f" CPU{'s' if n != 1 else ''} {cpu_list(allowed)} (their affinity, Cpus_allowed_list:"
+        f" a launcher's, container's or job scheduler's binding), {n} CPU{'s' if n != 1 else ''}"
+        f" for {f.need} busy processes that used {f.job_cpu_pct / 100.0:.2f} CPUs, while"
+        f" {idle} outside it sat idle over the last {secs} s"
+    )
 
 
 def _limit_line(limit: CpuLimit, secs: str) -> str:

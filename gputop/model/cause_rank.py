@@ -29,6 +29,7 @@ HOST_CAUSES: Mapping[Cause, str] = {
     "input_storage": "its input pipeline waits for storage",
     "input_remote": "its input pipeline waits on the network",
     "input_compute": "its input pipeline's compute",
+    "transfer": "its copies of batches to the GPU",
     "trainer_work": "its own work on a CPU",
 }
 """The causes on a rank's own host that make it a straggler, as the evidence words them."""

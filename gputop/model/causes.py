@@ -19,20 +19,21 @@ CAUSE_PRECEDENCE: tuple[Cause, ...] = (
     "input_storage",
     "input_remote",
     "input_compute",
+    "transfer",
     "trainer_work",
     "straggler",
     "gpu_side",
 )
 """When several causes hold, the first of these is the verdict's (docs/diagnosis.md).
 
-The host's CPU comes first: a starved job cannot show what its pipeline or its
-GPU would do with enough CPU, and a limit the job runs into comes before the
-processes beside it (raising the limit is the fix that fits). Clocks come next
-(they slow everything on the GPU), then the input pipeline (storage before the
-compute that waits for it, a remote source's round trips before the
-compute too), the trainer's own work, another rank (a straggler is
-named only when nothing on this rank explains the wait), and last the GPU's own
-kernels, which are what is left when the host is clear.
+The host's CPU comes first: a starved job cannot show what its pipeline or its GPU would do
+with enough CPU, and a limit the job runs into comes before the processes beside it
+(raising the limit is the fix that fits). Clocks come next (they slow everything on the
+GPU), then the input pipeline (storage before the compute that waits for it, a remote
+source's round trips before the compute too), the trainer's copies of its batches to the
+GPU, then its other own work, another rank (a straggler is named only when nothing on this
+rank explains the wait), and last the GPU's own kernels, which are what is left when the
+host is clear.
 """
 
 

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gputop.model import cause_cpu, cause_gpu, cause_input, cause_rank, cause_trainer
+from gputop.model import (
+    cause_cpu,
+    cause_gpu,
+    cause_input,
+    cause_rank,
+    cause_trainer,
+    cause_transfer,
+)
 from gputop.model.causes import Judgement
 from gputop.model.frame import Cause, Frame, Verdict, VerdictState
 from gputop.model.hostside import host_side
@@ -76,6 +83,9 @@ def classify(
         loader = cause_input.self_loading(job, b)
         if real_low is True and loader is not None:
             return cause_input.builds_its_own_batches(loader, job, host, line, secs, b)
+        copier = cause_transfer.copying_trainer(job, b)
+        if real_low is True and copier is not None:
+            return cause_transfer.transfer(copier, gpu, hs, line, secs)
         if real_low is True:
             return cause_gpu.gpu_side(line, real_line, hs, host, secs)
         if real_low is None:
@@ -97,6 +107,9 @@ def classify(
     loading = cause_input.busy_without_workers(job, host, t, line)
     if loading is not None:
         return loading
+    copier = cause_transfer.copying_trainer(job, b)
+    if copier is not None:
+        return cause_transfer.transfer(copier, gpu, hs, line, secs)
     worker = cause_trainer.working_trainer(job, b)
     if worker is not None:
         return cause_trainer.own_work(worker, hs, line, secs, 100.0 - gpu.util)

@@ -55,6 +55,34 @@ class HostFacts:
     """CPU used by everything outside the job, % of one CPU."""
     culprits: tuple[Culprit, ...] = ()
     """Other processes to act on, worst first."""
+    job_cpu_pct: float = 0.0
+    """CPU the job's trainers and workers used together, % of one CPU."""
+
+    @property
+    def need(self) -> int:
+        """CPUs the job's busy processes need: one each."""
+        return max(1, self.n_trainers + self.n_workers)
+
+    def idle_outside(self) -> tuple[int, ...]:
+        """Online CPUs the job may not run on that sat idle (under ``BOXED_IDLE_PCT`` busy),
+        least busy first; () where the job may run on every CPU or the busy shares are
+        unknown."""
+        if not self.job_cpus or not self.per_cpu_pct:
+            return ()
+        busy = dict(zip(self.cpus_online, self.per_cpu_pct, strict=False))
+        outside = [c for c in self.cpus_online if c not in self.job_cpus]
+        idle = [c for c in outside if busy.get(c, 100.0) < BOXED_IDLE_PCT]
+        return tuple(sorted(idle, key=lambda c: busy[c]))
+
+    def boxed(self) -> bool:
+        """The job may run on fewer CPUs than its busy processes need while CPUs outside its
+        set sit idle: its set, not the other work, holds it back."""
+        allowed = set(self.job_cpus or ()) & set(self.cpus_online)
+        return bool(allowed) and len(allowed) < self.need and bool(self.idle_outside())
+
+
+# A CPU outside the job's set under this share busy (over the window) sits idle: room for it.
+BOXED_IDLE_PCT = 50.0
 
 
 def cpu_list(cpus: Iterable[int]) -> str:
@@ -119,16 +147,42 @@ def free_cpus(f: HostFacts) -> int:
     return max(1, int(cap - max(0.0, f.others_cpu_pct) / 100.0 + 0.25))
 
 
+def widen_fix(f: HostFacts) -> str:
+    """The first fix of a job boxed into too few CPUs beside idle ones: widen its set."""
+    allowed = sorted(set(f.job_cpus or ()) & set(f.cpus_online))
+    idle = f.idle_outside()
+    wider = sorted({*allowed, *idle[: max(0, f.need - len(allowed))]})
+    pids = " ".join(str(p) for p in f.job_pids)
+    cpus = cpu_list(wider)
+    return (
+        f"widen the job's CPU set from {cpu_list(allowed)} to {cpus} (CPU"
+        f"{'s' if len(idle) != 1 else ''} {cpu_list(idle)} sat idle): for p in {pids}; do"
+        f" taskset -a -cp {cpus} $p; done; where the set comes from, widen it there: the"
+        f" container's `--cpuset-cpus {cpus}` (a pod's CPU request under the static CPU"
+        f" manager), SLURM's `--cpus-per-task={len(wider)}`, the launcher's binding (torchrun"
+        " `--numa-binding`, `mpirun --bind-to none`); more workers on the same CPUs only share"
+        " them"
+    )
+
+
 def starving_fixes(f: HostFacts) -> tuple[str, ...]:
     """Fixes for a job starved of CPU by other work, the one that is correct on this host first.
 
-    A renice (and moving the other work) appears only for the culprits: processes
-    that took a measured share of the job's time, or under /proc alone the busiest
-    other processes, marked inferred.
+    A job boxed into fewer CPUs than it needs beside idle ones (its affinity or cpuset) is
+    told to widen its set first, never to run fewer workers on the same CPUs. A renice
+    (and moving the other work) appears only for the culprits: processes that took a
+    measured share of the job's time, or under /proc alone the busiest other processes,
+    marked inferred.
     """
     pin, why_not = plan_pinning(f)
     out: list[str] = []
-    if pin is not None and f.job_pids:
+    boxed = f.boxed()
+    if boxed:
+        out.append(widen_fix(f))
+    if boxed:
+        if f.culprits:
+            out.append(_renice(f.culprits))
+    elif pin is not None and f.job_pids:
         pids = " ".join(str(p) for p in f.job_pids)
         line = (
             f"pin the trainer and its workers to CPUs {cpu_list(pin.job)}:"
@@ -165,7 +219,7 @@ def starving_fixes(f: HostFacts) -> tuple[str, ...]:
             " (`systemctl set-property UNIT CPUQuota=...`, or the container's --cpus)"
         )
     free = free_cpus(f)
-    if f.n_workers and f.n_workers + f.n_trainers > free:
+    if f.n_workers and f.n_workers + f.n_trainers > free and not boxed:
         out.append(
             f"num_workers={f.n_workers} plus the trainer needs more than the {free} free CPU(s):"
             f" use num_workers={max(1, free - f.n_trainers)} or free CPUs"

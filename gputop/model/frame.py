@@ -7,14 +7,10 @@ never zero.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import math
-import types
-import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
+
+from gputop.model.checked import build, check_value
 
 Role = Literal["trainer", "dataloader", "pin_memory", "other"]
 """What a process does for a training job (CONTRACT.md section 2)."""
@@ -35,6 +31,7 @@ Cause = Literal[
     "input_compute",
     "input_storage",
     "input_remote",
+    "transfer",
     "trainer_work",
     "straggler",
     "gpu_side",
@@ -104,12 +101,23 @@ class GpuSample:
     # Where sm_active (and occupancy, tensor, DRAM) came from: "gpm" (NVML), "dcgm"
     # (a dcgm-exporter on the node), "demo"; None while SM activity is n/a.
     sm_source: str | None = None
-    lost_gpu_s: dict[str, float] | None = field(default=None, hash=False)
+    lost_gpu_s: dict[Cause, float] | None = field(default=None, hash=False)
     """Seconds of this GPU's time lost to each cause (``{cause: seconds}``) since gputop
     started counting (``lost_since``), or over a replayed bundle's window; None: not counted
     (frames written before it existed)."""
     lost_since: float | None = None
     """Unix time the count of ``lost_gpu_s`` began."""
+    pcie_gen: int | None = None
+    """The PCIe link's current generation (it trains down while idle); None: n/a."""
+    pcie_gen_max: int | None = None
+    """The highest generation this GPU and its slot allow."""
+    pcie_width: int | None = None
+    """The link's current width (lanes)."""
+    pcie_width_max: int | None = None
+    pcie_tx_kb_s: float | None = None
+    """PCIe throughput out of the GPU (to the host), KB/s, NVML's 20 ms sample."""
+    pcie_rx_kb_s: float | None = None
+    """PCIe throughput into the GPU (host-to-device copies), KB/s."""
 
     @property
     def power_pct(self) -> float | None:
@@ -213,8 +221,7 @@ class OpenStorage:
 class NetPeer:
     """The remote end of a process's established TCP connection (``gputop/sources/sockets.py``)."""
 
-    address: str
-    """``10.0.4.12``, ``2001:db8::7`` (an IPv4-mapped IPv6 address as IPv4)."""
+    address: str  # 10.0.4.12, 2001:db8::7 (an IPv4-mapped IPv6 address as IPv4)
     port: int
 
     def describe(self) -> str:
@@ -228,8 +235,7 @@ class WorkersTime:
     """Where a trainer's DataLoader workers spent the interval: each part the mean share of
     one worker's main thread (the parts sum to 100), measured as the trainer's own split."""
 
-    workers: int
-    """The worker processes the means are over."""
+    workers: int  # the worker processes the means are over
     cpu_pct: float
     """On a CPU (loading, decoding, collating)."""
     runq_pct: float
@@ -299,6 +305,12 @@ class ProcessSample:
     gpu_sync_pct: float | None = None
     gpu_sync_spin_pct: float | None = None
     gpu_sync_runq_pct: float | None = None
+    # Main thread inside host-to-device copies (cuMemcpyHtoD*, and the generic copies from
+    # host memory), and the parts of that on a CPU (the driver staging pageable memory) and
+    # waiting for one; None where not measured, as gpu_sync_pct.
+    h2d_copy_pct: float | None = None
+    h2d_copy_cpu_pct: float | None = None
+    h2d_copy_runq_pct: float | None = None
     # All its threads waiting for a CPU, % of the interval (summed: can exceed 100); the
     # base of its preemptors' shares (eBPF only, for the processes whose preemptors are kept).
     runq_threads_pct: float | None = None
@@ -366,7 +378,7 @@ class ProcessSample:
     def from_dict(cls, d: Any) -> ProcessSample:
         """Rebuild a process, threads included, from its JSON object; ValueError on bad input."""
         try:
-            built: ProcessSample = _build(cls, d)
+            built: ProcessSample = build(cls, d)
         except (TypeError, AttributeError, ValueError) as exc:
             raise ValueError(f"malformed process: {exc}") from None
         return built
@@ -474,21 +486,21 @@ class Frame:
             if not isinstance(src, dict):
                 raise TypeError("sources must be an object")
             return cls(
-                t=_check_value("Frame.t", float, d["t"]),
-                interval=_check_value("Frame.interval", float, d["interval"]),
-                seq=_check_value("Frame.seq", int, d.get("seq", 0)),
-                sampler_cpu_pct=_check_value(
+                t=check_value("Frame.t", float, d["t"]),
+                interval=check_value("Frame.interval", float, d["interval"]),
+                seq=check_value("Frame.seq", int, d.get("seq", 0)),
+                sampler_cpu_pct=check_value(
                     "Frame.sampler_cpu_pct", float | None, d.get("sampler_cpu_pct")
                 ),
                 sources=Sources(
-                    gpu=_check_value("sources.gpu", str, src["gpu"]),
-                    sched=_check_value("sources.sched", str, src["sched"]),
-                    notes=_check_value("sources.notes", tuple[str, ...], src.get("notes", [])),
+                    gpu=check_value("sources.gpu", str, src["gpu"]),
+                    sched=check_value("sources.sched", str, src["sched"]),
+                    notes=check_value("sources.notes", tuple[str, ...], src.get("notes", [])),
                 ),
-                host=_build(HostSample, d["host"]),
-                gpus=tuple(_build(GpuSample, g) for g in _list(d, "gpus")),
-                processes=tuple(_build(ProcessSample, p) for p in _list(d, "processes")),
-                verdicts=tuple(_build(Verdict, v) for v in _list(d, "verdicts")),
+                host=build(HostSample, d["host"]),
+                gpus=tuple(build(GpuSample, g) for g in _list(d, "gpus")),
+                processes=tuple(build(ProcessSample, p) for p in _list(d, "processes")),
+                verdicts=tuple(build(Verdict, v) for v in _list(d, "verdicts")),
             )
         except KeyError as exc:
             raise ValueError(f"malformed frame: missing field {exc}") from None
@@ -531,6 +543,16 @@ def _plain(obj: Any, skip: str = "") -> dict[str, Any]:
 # A process that is no distributed job's rank leaves these out (they read back as null):
 # most processes are none, and a snapshot holds every process of every frame.
 _RANK_FIELDS = ("job_id", "rank", "world_size", "local_rank")
+# Extras only a trainer, a worker waiting on the network or a SLURM job's process has: left
+# out where null (they read back as null).
+_SPARSE_FIELDS = (
+    "peers",
+    "workers_time",
+    "h2d_copy_cpu_pct",
+    "h2d_copy_runq_pct",
+    "slurm_job_id",
+    "slurm_step_id",
+)
 
 
 def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
@@ -538,20 +560,12 @@ def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
     if p.job_id is None:
         for name in _RANK_FIELDS:
             del d[name]
+    for name in _SPARSE_FIELDS:
+        if d[name] is None:
+            del d[name]
     if threads:
         d["threads"] = [_plain(t) for t in p.threads]
     return d
-
-
-# Fields whose value must be one of a fixed set (CONTRACT.md section 2).
-_ENUMS: dict[str, tuple[str, ...]] = {
-    "ProcessSample.role": ROLES,
-    "Verdict.state": VERDICT_STATES,
-    "Verdict.cause": CAUSES,
-    "LostPart.cause": CAUSES,
-}
-# Objects whose keys must be one of a fixed set.
-_KEY_ENUMS: dict[str, tuple[str, ...]] = {"GpuSample.lost_gpu_s": CAUSES}
 
 
 def _list(d: dict[str, Any], key: str) -> list[Any]:
@@ -559,124 +573,3 @@ def _list(d: dict[str, Any], key: str) -> list[Any]:
     if not isinstance(v, list):
         raise TypeError(f"{key} must be a list")
     return v
-
-
-Checker = Callable[[Any], Any]
-
-
-def _check_value(where: str, tp: Any, v: Any) -> Any:
-    """``v`` converted to the annotated type ``tp``; TypeError/ValueError when it is not one."""
-    return _checker(where, tp)(v)
-
-
-@functools.cache
-def _checker(where: str, tp: Any) -> Checker:
-    """A function that checks and converts one value of annotation ``tp``.
-
-    Built once per field and cached: loading a bundle checks every field of
-    every process in every frame.
-    """
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        args = typing.get_args(tp)
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            return _unchecked
-        inner = _checker(where, rest[0])
-        if type(None) not in args:
-            return inner
-        return lambda v: None if v is None else inner(v)
-    if tp is float:
-        return functools.partial(_as_float, where)
-    if tp is int:
-        return functools.partial(_as_int, where)
-    if tp is str or tp is bool:
-        return functools.partial(_exactly, where, tp)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) != 2 or args[1] is not Ellipsis:
-            return _unchecked
-        return functools.partial(_as_tuple, where, _checker(f"{where}[]", args[0]))
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return functools.partial(_build, tp)
-    if origin is dict:
-        key_tp, value_tp = typing.get_args(tp)
-        keys = _checker(f"{where} key", key_tp)
-        values = _checker(f"{where}[]", value_tp)
-        return functools.partial(_as_dict, where, keys, values, _KEY_ENUMS.get(where))
-    # An annotation this checker does not know (a field added later): passed through.
-    return _unchecked
-
-
-def _unchecked(v: Any) -> Any:
-    return v
-
-
-def _as_float(where: str, v: Any) -> float:
-    t = type(v)
-    if t is float:
-        if math.isfinite(v):
-            return v  # type: ignore[no-any-return]
-        raise ValueError(f"{where} must be a finite number")
-    if t is int:
-        return float(v)
-    raise TypeError(f"{where} must be a number, got {t.__name__}")
-
-
-def _as_int(where: str, v: Any) -> int:
-    t = type(v)
-    if t is int:
-        return v  # type: ignore[no-any-return]
-    if t is float and math.isfinite(v) and v.is_integer():
-        return int(v)
-    raise TypeError(f"{where} must be a whole number, got {t.__name__}")
-
-
-def _exactly(where: str, tp: type, v: Any) -> Any:
-    if type(v) is not tp:
-        raise TypeError(f"{where} must be a {tp.__name__}, got {type(v).__name__}")
-    return v
-
-
-def _as_dict(
-    where: str, key: Checker, value: Checker, allowed: tuple[str, ...] | None, v: Any
-) -> dict[Any, Any]:
-    if type(v) is not dict:
-        raise TypeError(f"{where} must be an object, got {type(v).__name__}")
-    out = {key(k): value(x) for k, x in v.items()}
-    if allowed is not None:
-        bad = [k for k in out if k not in allowed]
-        if bad:
-            raise ValueError(f"{where} keys must be one of {', '.join(allowed)}, got {bad[0]!r}")
-    return out
-
-
-def _as_tuple(where: str, item: Checker, v: Any) -> tuple[Any, ...]:
-    if type(v) is not list and type(v) is not tuple:
-        raise TypeError(f"{where} must be a list, got {type(v).__name__}")
-    return tuple(item(x) for x in v)
-
-
-@functools.cache
-def _field_checkers(cls: type) -> tuple[tuple[str, Checker, tuple[str, ...] | None], ...]:
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in fields(cls):
-        where = f"{cls.__name__}.{f.name}"
-        out.append((f.name, _checker(where, hints[f.name]), _ENUMS.get(where)))
-    return tuple(out)
-
-
-def _build(cls: Any, d: Any) -> Any:
-    if type(d) is not dict:
-        raise TypeError(f"{cls.__name__} must be an object, got {type(d).__name__}")
-    kw: dict[str, Any] = {}
-    for name, check, allowed in _field_checkers(cls):
-        if name not in d:
-            continue
-        v = check(d[name])
-        if allowed is not None and v is not None and v not in allowed:
-            where = f"{cls.__name__}.{name}"
-            raise ValueError(f"{where} must be one of {', '.join(allowed)}, got {v!r}")
-        kw[name] = v
-    return cls(**kw)

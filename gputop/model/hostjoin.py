@@ -362,6 +362,9 @@ class HostJoin:
                     gpu_sync_pct=_pct(m.sync_ns, pdt),
                     gpu_sync_spin_pct=_pct(m.sync_oncpu_ns, pdt),
                     gpu_sync_runq_pct=_pct(m.sync_runq_ns, pdt),
+                    h2d_copy_pct=_pct(m.h2d_ns, pdt),
+                    h2d_copy_cpu_pct=_pct(m.h2d_oncpu_ns, pdt),
+                    h2d_copy_runq_pct=_pct(m.h2d_runq_ns, pdt),
                 )
         g: TaskSched | None = probe.per_tgid.get(proc.pid)
         if g is not None:

@@ -20,14 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gputop.errors import UsageError
-from gputop.model.frame import CAUSES, Frame, GpuSample
+from gputop.model.frame import CAUSES, Cause, Frame, GpuSample
 
 
 class LostLedger:
     """Seconds each GPU lost to each cause since the ledger saw it first."""
 
     def __init__(self) -> None:
-        self._lost: dict[str, dict[str, float]] = {}
+        self._lost: dict[str, dict[Cause, float]] = {}
         self._since: dict[str, float] = {}
 
     def stamp(self, frame: Frame) -> Frame:

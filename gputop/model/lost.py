@@ -43,6 +43,7 @@ LABELS = {
     "batches": "batches its starved workers held up (inferred)",
     "input": "waiting for batches",
     "work": "its own work on a CPU",
+    "h2d": "copying batches to the GPU",
     "collective": "waiting for other ranks",
     "clocks": "slowed clocks",
     "rest": "the rest",
@@ -167,6 +168,15 @@ def _own_work(
     return (LostPart("work", LABELS["work"], work, cause, measured),)
 
 
+def _copies(p: ProcAgg, job: Job, host: HostAgg, cause: Cause) -> tuple[LostPart, ...]:
+    """Its time inside host-to-device copies (measured): pinned and asynchronous, a copy
+    overlaps the GPU's work (the DMA itself still takes its time: an upper bound)."""
+    if p.h2d_copy_pct is None:
+        return ()
+    copies = min(p.h2d_copy_pct, max(0.0, 100.0 - step_floor(job, host, reads=True)))
+    return (LostPart("h2d", LABELS["h2d"], copies, cause),)
+
+
 def _collective(p: ProcAgg, cause: Cause) -> tuple[LostPart, ...]:
     if p.wait_collective_pct is None:
         return ()
@@ -182,6 +192,8 @@ def _trainer_parts(
         return _input(p, job, host, cause)
     if cause == "trainer_work":
         return _own_work(p, job, host, cause, gpu_util)
+    if cause == "transfer":
+        return _copies(p, job, host, cause)
     if cause == "straggler":
         return _collective(p, cause)
     return ()

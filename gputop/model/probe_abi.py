@@ -25,7 +25,8 @@ WAKE_OTHER = 4  # another process
 WAKE_SYNC = 5  # blocked inside a CUDA synchronization call: waiting for the GPU, whoever woke it
 WAKE_COLLECTIVE = 6  # a collective-communication thread of its own process (gloo): a collective
 WAKE_NET = 7  # network receive processing (the NET_RX softirq) or a network socket's data-ready
-WAKE_CLASSES = 8
+WAKE_H2D = 8  # blocked inside a host-to-device copy (outside any CUDA synchronization)
+WAKE_CLASSES = 9
 
 # A pipeline value with this bit set names a collective-communication thread of the
 # trainer in its low bits (tgids stay below 2^22), not a feeder of its input.
@@ -53,6 +54,19 @@ ERROR_NAMES = (
     "activity map full",
 )
 
+# Where a uprobe finds a function's second argument (a copy's source), by machine: the
+# index of its register among struct pt_regs's u64 words (0: not known here).
+ARG2_X86_64 = 13  # rsi
+ARG2_AARCH64 = 1  # x1
+
+
+def arg2_reg(machine: str) -> int:
+    """The ``ARG2_*`` of this machine (``platform.machine()``); 0 where not known."""
+    return {"x86_64": ARG2_X86_64, "amd64": ARG2_X86_64, "aarch64": ARG2_AARCH64}.get(
+        machine.lower(), 0
+    )
+
+
 # Map bounds the object is built with; the loader resizes every map before loading.
 DEFAULT_MAX_THREADS = 32768
 DEFAULT_MAX_TGIDS = 8192
@@ -70,6 +84,7 @@ CONSTANTS = (
     "WAKE_SYNC",
     "WAKE_COLLECTIVE",
     "WAKE_NET",
+    "WAKE_H2D",
     "WAKE_CLASSES",
     "PIPE_COLLECTIVE",
     "HIST_SLOTS",
@@ -82,6 +97,8 @@ CONSTANTS = (
     "ERR_AUX_MAP_FULL",
     "ERR_ACTIVITY_FULL",
     "ERROR_SLOTS",
+    "ARG2_X86_64",
+    "ARG2_AARCH64",
     "DEFAULT_MAX_THREADS",
     "DEFAULT_MAX_TGIDS",
     "DEFAULT_MAX_PIPELINE",
@@ -127,6 +144,10 @@ class ThreadT(AbiStruct):
         ("runq_after_input_ns", ctypes.c_uint64),
         ("throttled_ns", ctypes.c_uint64),
         ("io_wait_ns", ctypes.c_uint64),
+        ("h2d_since", ctypes.c_uint64),
+        ("h2d_ns", ctypes.c_uint64),
+        ("h2d_oncpu_ns", ctypes.c_uint64),
+        ("h2d_runq_ns", ctypes.c_uint64),
         ("wake_class", ctypes.c_uint32),
         ("wait_slot", ctypes.c_uint32),
         ("waker_tgid", ctypes.c_uint32),
@@ -134,6 +155,8 @@ class ThreadT(AbiStruct):
         ("active_ep", ctypes.c_uint32),
         ("throttled", ctypes.c_uint32),
         ("io_wait", ctypes.c_uint32),
+        ("h2d_depth", ctypes.c_uint32),
+        ("copy_h2d", ctypes.c_uint32),
         ("pad", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
@@ -162,6 +185,12 @@ class ThreadT(AbiStruct):
         "io_wait": "the last blocked switch-out was in uninterruptible sleep (SWITCH_IO_WAIT)",
         "sync_depth": "CUDA synchronization calls in progress (nested calls count once)",
         "active_ep": "epoch + 1 in which its process was last marked in the activity map",
+        "h2d_since": "when the outermost host-to-device copy in progress began",
+        "h2d_ns": "time inside host-to-device copies that have returned",
+        "h2d_oncpu_ns": "of which on a CPU (the driver staging pageable memory, or spinning)",
+        "h2d_runq_ns": "of which runnable, waiting for a CPU (blocked: wait_ns[WAKE_H2D])",
+        "h2d_depth": "host-to-device copies in progress (nested calls count once)",
+        "copy_h2d": "the generic copy in progress (cuMemcpy, cuMemcpyAsync) reads host memory",
     }
 
 
@@ -266,10 +295,11 @@ class ProbeConfig(AbiStruct):
     _c_name_ = "probe_config"
     _fields_ = (
         ("max_cpus", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("arg2_reg", ctypes.c_uint32),
     )
     _notes_: ClassVar[dict[str, str]] = {
         "max_cpus": "bound of the per-CPU slots (possible CPUs)",
+        "arg2_reg": "a function's second argument: its u64 index in pt_regs (ARG2_*; 0: unknown)",
     }
 
 

@@ -96,6 +96,12 @@ class TaskSched:
     wait_sync_ns: int = 0
     # Run-queue wait right after a wake-up by the input pipeline (the batch arrived).
     runq_after_input_ns: int = 0
+    # Inside host-to-device copies (per thread; 0 where libcuda is not probed): all of it,
+    # and the parts on a CPU, runnable, and blocked.
+    h2d_ns: int = 0
+    h2d_oncpu_ns: int = 0
+    h2d_runq_ns: int = 0
+    wait_h2d_ns: int = 0
     # Of runq_ns: held back by its cgroup's CPU limit (only where throttle_measured).
     throttled_ns: int = 0
     # Of blocked_ns: in uninterruptible sleep (D at the switch-out: disk I/O, a page

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from gputop.model.probe_abi import (
     WAKE_CLASSES,
     WAKE_COLLECTIVE,
+    WAKE_H2D,
     WAKE_INPUT,
     WAKE_IRQ,
     WAKE_NET,
@@ -52,9 +53,18 @@ _WAKE_FIELD_OF = {
     WAKE_SYNC: "wait_sync_ns",
     WAKE_COLLECTIVE: "wait_collective_ns",
     WAKE_NET: "wait_net_ns",
+    WAKE_H2D: "wait_h2d_ns",
 }
 _WAKE_FIELDS = tuple(_WAKE_FIELD_OF[i] for i in range(WAKE_CLASSES))
-_SYNC_FIELDS = ("sync_ns", "sync_oncpu_ns", "sync_runq_ns", "runq_after_input_ns")
+_SYNC_FIELDS = (
+    "sync_ns",
+    "sync_oncpu_ns",
+    "sync_runq_ns",
+    "runq_after_input_ns",
+    "h2d_ns",
+    "h2d_oncpu_ns",
+    "h2d_runq_ns",
+)
 _CUM_FIELDS = (
     "runq_ns",
     "throttled_ns",
@@ -89,11 +99,16 @@ class _Cum:
     wait_sync_ns: int = 0
     wait_collective_ns: int = 0
     wait_net_ns: int = 0
+    wait_h2d_ns: int = 0
     # Threads only: CUDA synchronization and the run-queue wait after an input wake-up.
     sync_ns: int = 0
     sync_oncpu_ns: int = 0
     sync_runq_ns: int = 0
     runq_after_input_ns: int = 0
+    # Threads only: inside host-to-device copies, and the parts on a CPU and runnable.
+    h2d_ns: int = 0
+    h2d_oncpu_ns: int = 0
+    h2d_runq_ns: int = 0
     # Of runq_ns: held back by its cgroup's CPU limit (threads and groups alike).
     throttled_ns: int = 0
     # Of blocked_ns: in uninterruptible sleep (D), mostly disk I/O (threads and groups alike).
@@ -155,6 +170,9 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
         runq_after_input_ns=int(t.runq_after_input_ns),
         throttled_ns=int(t.throttled_ns),
         io_wait_ns=int(t.io_wait_ns),
+        h2d_ns=int(t.h2d_ns),
+        h2d_oncpu_ns=int(t.h2d_oncpu_ns),
+        h2d_runq_ns=int(t.h2d_runq_ns),
     )
     pending = None
     out_ts, wake_ts, in_ts = int(t.out_ts), int(t.wake_ts), int(t.in_ts)
@@ -162,6 +180,12 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
     sync_since = int(t.sync_since)
     if in_sync and sync_since and now > sync_since:
         cur.sync_ns += now - sync_since
+    # Inside a host-to-device copy (a synchronization inside one is the GPU's, first).
+    h2d_since = int(t.h2d_since)
+    in_h2d = int(t.h2d_depth) > 0
+    if in_h2d and h2d_since and now > h2d_since:
+        cur.h2d_ns += now - h2d_since
+    in_h2d = in_h2d and not in_sync
     if out_ts and now > out_ts:
         if t.runnable:
             cur.runq_ns += now - out_ts
@@ -169,6 +193,8 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
                 cur.throttled_ns += now - out_ts
             if in_sync:
                 cur.sync_runq_ns += now - out_ts
+            elif in_h2d:
+                cur.h2d_runq_ns += now - out_ts
         else:
             blocked = now - out_ts
             runq = 0
@@ -183,11 +209,15 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
             if in_sync:
                 wait[WAKE_SYNC] += blocked
                 cur.sync_runq_ns += runq
+            elif in_h2d:
+                wait[WAKE_H2D] += blocked
+                cur.h2d_runq_ns += runq
             elif cls == WAKE_NONE and wake_ts == 0:
                 pending = _Pending(out_ts, blocked)
             else:
-                # A class the program never sets outside a sync (WAKE_SYNC) or unknown: other.
-                known = cls < WAKE_CLASSES and cls != WAKE_SYNC
+                # A class the program never sets at a waking (WAKE_SYNC, WAKE_H2D) or unknown:
+                # other.
+                known = cls < WAKE_CLASSES and cls not in (WAKE_SYNC, WAKE_H2D)
                 wait[cls if known else WAKE_OTHER] += blocked
                 if cls == WAKE_INPUT:
                     cur.runq_after_input_ns += runq
@@ -195,6 +225,8 @@ def _thread_totals(t: ThreadT, now: int) -> tuple[_Cum, _Pending | None]:
         cur.oncpu_ns += now - in_ts
         if in_sync:
             cur.sync_oncpu_ns += now - max(in_ts, sync_since)
+        elif in_h2d:
+            cur.h2d_oncpu_ns += now - max(in_ts, h2d_since)
     for f, v in zip(_WAKE_FIELDS, wait, strict=True):
         setattr(cur, f, v)
     return cur, pending
@@ -325,6 +357,10 @@ class SchedIntervals:
                 sync_runq_ns=d.sync_runq_ns,
                 wait_sync_ns=d.wait_sync_ns,
                 runq_after_input_ns=d.runq_after_input_ns,
+                h2d_ns=d.h2d_ns,
+                h2d_oncpu_ns=d.h2d_oncpu_ns,
+                h2d_runq_ns=d.h2d_runq_ns,
+                wait_h2d_ns=d.wait_h2d_ns,
                 throttled_ns=d.throttled_ns,
                 io_wait_ns=d.io_wait_ns,
                 other_wakers=self._woke_deltas(tid, woke.get(tid, {})),

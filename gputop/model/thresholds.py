@@ -64,6 +64,9 @@ class Thresholds:
     """DataLoader workers on a CPU or waiting for one (their main thread) this % of the time
     each: most of their time is compute, and the input's cause is theirs (``input_compute``);
     below it the cause follows their largest wait."""
+    transfer_pct: float = 20.0
+    """A trainer inside host-to-device copies (measured) this % of the time copies its batches
+    from pageable memory, beside a GPU with little work: ``host_bound``, ``transfer``."""
     trainer_work_pct: float = 50.0
     """A trainer with DataLoader workers on a CPU this % of the time outside data wait and
     outside CUDA synchronization (measured), beside a GPU that is not busy: the GPU waits for
@@ -155,6 +158,7 @@ _PCT_FIELDS = frozenset(
         "worker_io_wait_pct",
         "worker_net_wait_pct",
         "worker_compute_pct",
+        "transfer_pct",
         "trainer_work_pct",
         "limit_throttled_pct",
         "limit_used_pct",
@@ -204,6 +208,7 @@ def biased(t: Thresholds, current: VerdictState) -> Thresholds:
             t,
             util_busy_pct=min(100.0, t.util_busy_pct + m),
             trainer_work_pct=max(0.0, t.trainer_work_pct - m),
+            transfer_pct=max(0.0, t.transfer_pct - m),
         )
     if current == "idle":
         return replace(t, util_idle_pct=min(t.util_busy_pct, t.util_idle_pct + m))

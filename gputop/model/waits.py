@@ -23,6 +23,11 @@ Time blocked until network receive processing woke it (``net_wait_pct``: data fr
 remote peer, a socket read) is its own part, ``net``, where it is 0.5 % or more: the probe
 tells it apart from interrupt wake-ups (the receive path runs as a softirq).
 
+Where the probe measures host-to-device copies (``h2d_copy_pct``), time inside one is the
+trainer copying its batch to the GPU (pageable memory staged by the driver on a CPU, or
+waiting for its DMA), its own part, ``h2d``: its on-CPU and blocked time come out of
+on-CPU work and the blocked parts; its run-queue time stays a wait for a CPU.
+
 Where the job's cgroup has a CPU limit, the run-queue time its limit held the thread
 back (``cpu_throttled_pct``, part of ``runq_pct``) is its own part, ``throttled``,
 carved out of the run-queue time outside CUDA synchronization before anything else
@@ -43,7 +48,8 @@ class Segment:
     key: str
     """``cpu``, ``runq``, ``throttled`` (where a CPU limit applies), ``input``, ``gpu``
     (measured) or ``irq`` (inferred), ``io`` (uninterruptible sleep: disk I/O),
-    ``net`` (woken by network receive processing: a remote peer's data), ``collective`` (a
+    ``h2d`` (inside host-to-device copies, measured with the GPU wait), ``net`` (woken by
+    network receive processing: a remote peer's data), ``collective`` (a
     distributed job's rank, woken by its collective-communication threads), ``other``, or
     (under /proc) ``blocked``."""
     label: str
@@ -55,6 +61,7 @@ LABELS = {
     "runq": "CPU wait",
     "throttled": "throttled by its CPU limit",
     "input": "waiting for batches",
+    "h2d": "copying to the GPU",
     "gpu": "GPU wait",
     "irq": "GPU/irq wait (inferred)",
     "io": "disk I/O (uninterruptible)",
@@ -106,6 +113,9 @@ SPLIT_FIELDS = (
     "wait_collective_pct",
     "io_wait_pct",
     "net_wait_pct",
+    "h2d_copy_pct",
+    "h2d_copy_cpu_pct",
+    "h2d_copy_runq_pct",
 )
 
 
@@ -129,6 +139,9 @@ def split_of(
     wait_collective_pct: float | None = None,
     io_wait_pct: float | None = None,
     net_wait_pct: float | None = None,
+    h2d_copy_pct: float | None = None,
+    h2d_copy_cpu_pct: float | None = None,
+    h2d_copy_runq_pct: float | None = None,
 ) -> WaitSplit | None:
     """The split from a process's numbers (a sample's, or one point of its series)."""
     if offcpu_pct is None:
@@ -146,6 +159,15 @@ def split_of(
     spin = _clamp(min(cpu, gpu_sync_spin_pct or 0.0))
     sync_runq = _clamp(min(runq, gpu_sync_runq_pct or 0.0))
     sync_blocked = min(blocked, max(0.0, sync - spin - sync_runq))
+    # Inside host-to-device copies: on a CPU and blocked (its run-queue part stays CPU wait).
+    h2d_cpu = _clamp(min(cpu - spin, h2d_copy_cpu_pct or 0.0))
+    h2d_blocked = min(
+        blocked - sync_blocked,
+        max(0.0, (h2d_copy_pct or 0.0) - (h2d_copy_cpu_pct or 0.0) - (h2d_copy_runq_pct or 0.0)),
+    )
+    copying = h2d_cpu + h2d_blocked >= SHOWN_PCT
+    if not copying:
+        h2d_cpu = h2d_blocked = 0.0
     thr = _clamp(min(runq - sync_runq, cpu_throttled_pct or 0.0))
     after_input = _clamp(min(runq - sync_runq - thr, runq_after_input_pct or 0.0))
     inp = max(0.0, wait_input_pct)
@@ -157,7 +179,7 @@ def split_of(
     # hold earlier frames' blocked time: scale them into this frame's blocked share
     # (outside synchronization). Blocked time no waker is known for yet (still asleep
     # at the tick) counts as other.
-    free = blocked - sync_blocked
+    free = blocked - sync_blocked - h2d_blocked
     total = inp + irq + coll + net + rest
     scale = free / total if total > free else 1.0
     inp, irq, coll, net = inp * scale, irq * scale, coll * scale, net * scale
@@ -191,10 +213,11 @@ def split_of(
         keys = MEASURED_KEYS
     else:
         parts = {
-            "cpu": cpu - spin,
+            "cpu": cpu - spin - h2d_cpu,
             "runq": runq - sync_runq - thr - after_input,
             "throttled": thr,
             "input": inp + after_input,
+            "h2d": h2d_cpu + h2d_blocked,
             "gpu": spin + sync_runq + sync_blocked,
             "io": io,
             "net": net,
@@ -203,7 +226,8 @@ def split_of(
         }
         keys = GPU_KEYS
     return WaitSplit(
-        True, _segments(parts, keys, cpu_throttled_pct is not None, rank, disk, remote)
+        True,
+        _segments(parts, keys, cpu_throttled_pct is not None, rank, disk, remote, copying),
     )
 
 
@@ -214,6 +238,7 @@ def _segments(
     rank: bool = False,
     disk: bool = False,
     remote: bool = False,
+    copying: bool = False,
 ) -> tuple[Segment, ...]:
     # The throttled part follows the run-queue part it was carved from, only under a limit;
     # disk I/O, the network, then a rank's collective wait, come before "other", only where
@@ -224,6 +249,9 @@ def _segments(
         keys = (*keys[:-1], "io", keys[-1])
     if remote:
         keys = (*keys[:-1], "net", keys[-1])
+    if copying:
+        at = keys.index("gpu")
+        keys = (*keys[:at], "h2d", *keys[at:])
     if rank:
         keys = (*keys[:-1], "collective", keys[-1])
     return tuple(Segment(k, LABELS[k], parts[k]) for k in keys)

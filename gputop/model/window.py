@@ -197,6 +197,10 @@ class ProcAgg:
     gpu_sync_pct: float | None = None
     gpu_sync_spin_pct: float | None = None
     gpu_sync_runq_pct: float | None = None
+    h2d_copy_pct: float | None = None
+    """Inside host-to-device copies (measured where its libcuda is probed)."""
+    h2d_copy_cpu_pct: float | None = None
+    h2d_copy_runq_pct: float | None = None
     runq_threads_pct: float | None = None
     """All its threads waiting for a CPU, % of the interval (the base of its preemptors' shares)."""
     cpu_throttled_pct: float | None = None
@@ -270,10 +274,12 @@ class ProcAgg:
 
     @property
     def work_pct(self) -> float | None:
-        """On a CPU outside CUDA synchronization (its own work, loading batches included)."""
+        """On a CPU outside CUDA synchronization and host-to-device copies (its own work,
+        loading batches included)."""
         if self.offcpu_pct is None:
             return None
-        return max(0.0, 100.0 - self.offcpu_pct - (self.gpu_sync_spin_pct or 0.0))
+        inside = (self.gpu_sync_spin_pct or 0.0) + (self.h2d_copy_cpu_pct or 0.0)
+        return max(0.0, 100.0 - self.offcpu_pct - inside)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +300,26 @@ class GpuAgg:
     temperature_c: float | None
     sm_clock_mhz: float | None
     sm_clock_max_mhz: int | None
+    pcie_gen: int | None = None
+    """The highest PCIe generation the link ran at in the window (it trains down while idle,
+    and up to what it can while copying)."""
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    """The widest the link ran in the window (lanes)."""
+    pcie_width_max: int | None = None
+    pcie_rx_kb_s: float | None = None
+    """Mean PCIe throughput into the GPU over the window, KB/s."""
+
+    @property
+    def pcie_degraded(self) -> bool:
+        """The link never reached its maximum generation or width in the window."""
+        return (
+            self.pcie_gen is not None
+            and self.pcie_gen_max is not None
+            and self.pcie_width is not None
+            and self.pcie_width_max is not None
+            and (self.pcie_gen < self.pcie_gen_max or self.pcie_width < self.pcie_width_max)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +388,11 @@ def aggregate_gpu(frames: Iterable[Frame], index: int) -> GpuAgg:
             None if g.sm_clock_mhz is None else float(g.sm_clock_mhz) for g in samples
         ),
         sm_clock_max_mhz=None if last is None else last.sm_clock_max_mhz,
+        pcie_gen=max((g.pcie_gen for g in samples if g.pcie_gen is not None), default=None),
+        pcie_gen_max=None if last is None else last.pcie_gen_max,
+        pcie_width=max((g.pcie_width for g in samples if g.pcie_width is not None), default=None),
+        pcie_width_max=None if last is None else last.pcie_width_max,
+        pcie_rx_kb_s=mean(g.pcie_rx_kb_s for g in samples),
     )
 
 
@@ -400,6 +431,9 @@ def aggregate_processes(frames: Iterable[Frame]) -> dict[int, ProcAgg]:
             gpu_sync_pct=mean(p.gpu_sync_pct for p in ps),
             gpu_sync_spin_pct=mean(p.gpu_sync_spin_pct for p in ps),
             gpu_sync_runq_pct=mean(p.gpu_sync_runq_pct for p in ps),
+            h2d_copy_pct=mean(p.h2d_copy_pct for p in ps),
+            h2d_copy_cpu_pct=mean(p.h2d_copy_cpu_pct for p in ps),
+            h2d_copy_runq_pct=mean(p.h2d_copy_runq_pct for p in ps),
             runq_threads_pct=mean(p.runq_threads_pct for p in ps),
             cpu_throttled_pct=mean(p.cpu_throttled_pct for p in ps),
             io_wait_pct=mean(p.io_wait_pct for p in ps),

@@ -61,13 +61,14 @@ SPLIT_COLOURS = {
     "gpu": "cyan",
     "io": "gold",
     "net": "orange",
+    "h2d": "gray",
     "collective": "white",
     "other": "magenta",
     "blocked": "blue",
 }
 
 
-RICH_COLOURS = {"orange": "dark_orange", "gold": "gold1"}
+RICH_COLOURS = {"orange": "dark_orange", "gold": "gold1", "gray": "grey62"}
 
 
 def throttled_source(p: ProcessSample) -> str:

@@ -24,6 +24,7 @@ NAMES = {
     "after_gpu": "CPU wait after GPU",
     "batches": "waiting for batches",
     "work": "its own work",
+    "h2d": "copying to the GPU",
     "collective": "waiting for ranks",
     "clocks": "slowed clocks",
     "rest": "the rest",

@@ -1,11 +1,14 @@
-"""Uprobes on the CUDA driver's synchronizing calls, in the libcuda each watched trainer maps.
+"""Uprobes on the CUDA driver's synchronizing calls and host-to-device copies, in the libcuda
+each watched trainer maps.
 
 A trainer's CUDA initialises late (its first CUDA call), so every tick the
 probe hands the trainers it watches to ``CudaProbes.update()``, which looks for
 a mapped ``libcuda.so*`` in ``/proc/PID/maps`` (a trainer without one is looked
-at again at most once a second) and attaches the probe's ``on_sync_enter`` /
-``on_sync_exit`` programs as uprobe and uretprobe at each synchronizing function
-of that file: once per distinct library file (device and inode), shared by every
+at again at most once a second) and attaches the probe's programs as uprobe and
+uretprobe at each function of that file (``PROBES``): ``on_sync_enter`` /
+``on_sync_exit`` at the synchronizing ones, ``on_h2d_enter`` / ``on_h2d_exit`` at the
+host-to-device copies, ``on_copy_enter`` / ``on_copy_exit`` at the copies whose
+direction their pointers give: once per distinct library file (device and inode), shared by every
 trainer that maps it; with one uprobe_multi link per direction where the kernel has
 them (Linux 6.6+), else one perf event per function and direction. The file is
 reached through ``/proc/PID/root``, so a trainer in a container (its own mount
@@ -62,15 +65,19 @@ TO_HOST_COPIES = (
     "cuMemcpyAtoHAsync_v2",
     "cuMemcpyAtoHAsync_v2_ptsz",
 )
-# Copies whose direction the pointers or a descriptor give (unified addressing): they
-# can be copies to the host, so they are probed too. The copies from host memory
-# (cuMemcpyHtoD*) are not: their time is the driver copying pageable memory on a CPU
-# (what pinned memory avoids), host work rather than a wait for the GPU.
-ANY_WAY_COPIES = (
+# Copies whose direction the pointers give (unified addressing): a host-to-device copy where
+# the source is host memory as far as the probe can tell (a readable anonymous or file
+# mapping of the trainer: the CO-RE build's bpf_find_vma), else a wait for the GPU.
+DIRECTED_COPIES = (
     "cuMemcpy",
     "cuMemcpy_ptds",
     "cuMemcpyAsync",
     "cuMemcpyAsync_ptsz",
+)
+# Copies whose direction a descriptor gives, or between devices: they can be copies to the
+# host, so they are probed as waits for the GPU. The copies from host memory (below) are
+# not waits: their time is the driver copying pageable memory (what pinned memory avoids).
+ANY_WAY_COPIES = (
     "cuMemcpyPeer",
     "cuMemcpyPeer_ptds",
     "cuMemcpy2D",
@@ -99,14 +106,41 @@ ANY_WAY_COPIES = (
     "cuMemcpy3DBatchAsync_v2",
     "cuMemcpy3DBatchAsync_v2_ptsz",
 )
-SYNC_FUNCTIONS = SYNC_CALLS + TO_HOST_COPIES + ANY_WAY_COPIES
+# Every driver call that can wait for the GPU (the directed copies when not from the host).
+SYNC_FUNCTIONS = SYNC_CALLS + TO_HOST_COPIES + DIRECTED_COPIES + ANY_WAY_COPIES
+# Copies from host memory to the device or a device array, in every exported form: a
+# pageable source is staged by the driver through pinned memory on a CPU, the call
+# returning once staged (asynchronous ones too), so their time is the trainer's copying.
+H2D_COPIES = (
+    "cuMemcpyHtoD",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyHtoD_v2_ptds",
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyHtoDAsync_v2_ptsz",
+    "cuMemcpyHtoA",
+    "cuMemcpyHtoA_v2",
+    "cuMemcpyHtoA_v2_ptds",
+    "cuMemcpyHtoAAsync",
+    "cuMemcpyHtoAAsync_v2",
+    "cuMemcpyHtoAAsync_v2_ptsz",
+)
+PROBED_FUNCTIONS = SYNC_FUNCTIONS + H2D_COPIES
+ENTER_PROGRAM = "on_sync_enter"
+EXIT_PROGRAM = "on_sync_exit"
+# Each set of functions and its (entry, return) programs.
+PROBES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (ENTER_PROGRAM, EXIT_PROGRAM, SYNC_CALLS + TO_HOST_COPIES + ANY_WAY_COPIES),
+    ("on_h2d_enter", "on_h2d_exit", H2D_COPIES),
+    ("on_copy_enter", "on_copy_exit", DIRECTED_COPIES),
+)
+# The programs the probe loads for them (left unattached until a trainer maps a libcuda).
+UPROBE_PROGRAMS = tuple(p for enter, leave, _ in PROBES for p in (enter, leave))
 LIBRARY_PREFIX = "libcuda.so"
 # A trainer whose libcuda is not mapped yet is looked at again at most this often. The
 # sampler looks once a tick (its prepare()); under the default 1 s tick, so a tick that
 # ends a few milliseconds early does not put the next look off by a whole tick.
 RECHECK_S = 0.9
-ENTER_PROGRAM = "on_sync_enter"
-EXIT_PROGRAM = "on_sync_exit"
 
 _SHT_DYNSYM = 11
 _STT_FUNC = 2
@@ -242,35 +276,20 @@ class CudaProbes:
                 self._probed[pid] = key
 
     def _attach(self, path: str, key: tuple[str, int]) -> tuple[str, ...] | str:
-        """Uprobe and uretprobe at every synchronizing function of the file; what was attached."""
-        enter, leave = self._programs.get(ENTER_PROGRAM), self._programs.get(EXIT_PROGRAM)
-        if enter is None or leave is None:
+        """Uprobe and uretprobe at every probed function of the file; what was attached."""
+        if any(p not in self._programs for p in UPROBE_PROGRAMS):
             return self._failed("the probe has no CUDA synchronization programs")
         try:
-            offsets = function_offsets(path, SYNC_FUNCTIONS)
+            offsets = function_offsets(path, PROBED_FUNCTIONS)
         except (OSError, ValueError, struct.error) as exc:
             return self._failed(f"cannot read {path}: {exc}")
         if not offsets:
             return self._failed(f"{path} exports none of the CUDA synchronization calls")
-        # Names that share an address (an alias, an old unversioned entry point) are one
-        # function: probed once, or every call would count twice and cost twice.
-        by_offset: dict[int, list[str]] = {}
-        for name, off in sorted(offsets.items()):
-            by_offset.setdefault(off, []).append(name)
         done: list[str] = []
         tag = f"uprobe:{key[0]}:{key[1]}"
         try:
-            if self.multi:
-                # The return probes first: a call in flight can then only miss its start.
-                where = sorted(by_offset)
-                self._attachments[f"{tag}:ret"] = attach_uprobe_multi(leave, path, where, True)
-                self._attachments[f"{tag}:entry"] = attach_uprobe_multi(enter, path, where, False)
-                return tuple(sorted(offsets))
-            for off, names in sorted(by_offset.items(), key=lambda kv: kv[1][0]):
-                # The return probe first: a call in flight can then only miss its start.
-                self._attachments[f"{tag}:{names[0]}:ret"] = attach_uprobe(leave, path, off, True)
-                self._attachments[f"{tag}:{names[0]}"] = attach_uprobe(enter, path, off, False)
-                done.extend(names)
+            for enter, leave, names in PROBES:
+                done += self._attach_set(path, tag, enter, leave, offsets, names)
         except BpfError as exc:
             detach(
                 [
@@ -280,7 +299,41 @@ class CudaProbes:
                 ]
             )
             return self._failed(f"cannot attach uprobes to {path}: {exc}")
-        return tuple(done)
+        return tuple(sorted(done))
+
+    def _attach_set(
+        self,
+        path: str,
+        tag: str,
+        enter: str,
+        leave: str,
+        offsets: Mapping[str, int],
+        names: tuple[str, ...],
+    ) -> list[str]:
+        """One program pair at these functions of the file; the names attached."""
+        # Names that share an address (an alias, an old unversioned entry point) are one
+        # function: probed once, or every call would count twice and cost twice.
+        by_offset: dict[int, list[str]] = {}
+        for name in sorted(n for n in names if n in offsets):
+            by_offset.setdefault(offsets[name], []).append(name)
+        if not by_offset:
+            return []
+        enter_fd, leave_fd = self._programs[enter], self._programs[leave]
+        if self.multi:
+            # The return probes first: a call in flight can then only miss its start.
+            where = sorted(by_offset)
+            self._attachments[f"{tag}:{enter}:ret"] = attach_uprobe_multi(
+                leave_fd, path, where, True
+            )
+            self._attachments[f"{tag}:{enter}"] = attach_uprobe_multi(enter_fd, path, where, False)
+            return [n for ns in by_offset.values() for n in ns]
+        done: list[str] = []
+        for off, fns in sorted(by_offset.items(), key=lambda kv: kv[1][0]):
+            # The return probe first: a call in flight can then only miss its start.
+            self._attachments[f"{tag}:{fns[0]}:ret"] = attach_uprobe(leave_fd, path, off, True)
+            self._attachments[f"{tag}:{fns[0]}"] = attach_uprobe(enter_fd, path, off, False)
+            done.extend(fns)
+        return done
 
     def _failed(self, why: str) -> str:
         self.last_error = why

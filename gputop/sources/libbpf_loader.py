@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gputop.model.probe_abi import ProbeConfig
+from gputop.model.probe_abi import ProbeConfig, arg2_reg
 from gputop.sources.bpf_attach import BPF_TRACE_UPROBE_MULTI, Attachment, attach_raw_tracepoint
 from gputop.sources.bpf_handover import Handover, MapFd, detach
 from gputop.sources.bpf_syscall import prog_info
@@ -390,7 +390,7 @@ class LibbpfLoader(ProbeLoader):
     def load(self, spec: LoadSpec) -> Handover:
         return load(
             Path(self.object_path),
-            ProbeConfig(max_cpus=spec.max_cpus),
+            ProbeConfig(max_cpus=spec.max_cpus, arg2_reg=arg2_reg(platform.machine())),
             spec.max_entries,
             [TracepointAttach(f"tracepoint__sched__{e}", f"sched:{e}") for e in spec.sched_events],
             [

@@ -50,6 +50,8 @@ except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency; still de
 PROCESS_REFRESH_S = 2.0
 _TEMPERATURE_GPU = 0
 _CLOCK_SM = 1
+_PCIE_TX_BYTES = 0  # nvmlPcieUtilCounter_t
+_PCIE_RX_BYTES = 1
 
 T = TypeVar("T")
 
@@ -116,6 +118,8 @@ class _Device:
     power_limit_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     util_last_seen: int = 0
+    # The PCIe link's maximum (generation, width), read with the slow refreshes.
+    pcie_max: tuple[float | None, float | None] | None = None
 
 
 class NvmlSource:
@@ -313,6 +317,7 @@ class NvmlSource:
             ],
         )
         power_avg_w = self._power_avg(dev)
+        pcie = self._pcie(dev, refresh)
         power_mw, temp, clock = valid(power_mw), valid(temp), valid(clock)
         gpu_pct = None if util is None else valid(float(util.gpu), 100.0)
         mem_pct = None if util is None else valid(float(util.memory), 100.0)
@@ -347,7 +352,39 @@ class NvmlSource:
             sm_clock_max_mhz=dev.sm_clock_max_mhz,
             throttle=() if reasons is None else decode_throttle(int(reasons)),
             state="ok",
+            **pcie,
         )
+
+    def _pcie(self, dev: _Device, refresh: bool) -> dict[str, Any]:
+        """The PCIe link now (generation, width) against its maximum (read with the slow
+        refreshes: it does not change), and its throughput each way (KB/s)."""
+        assert pynvml is not None
+        h = dev.handle
+        if refresh or dev.pcie_max is None:
+            top_gen = self._call(
+                dev, "PCIe max gen", [lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)]
+            )
+            top_width = self._call(
+                dev, "PCIe max width", [lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)]
+            )
+            dev.pcie_max = (valid(top_gen), valid(top_width))
+        gen = self._call(dev, "PCIe gen", [lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)])
+        width = self._call(dev, "PCIe width", [lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)])
+        tx = self._call(
+            dev, "PCIe TX", [lambda: pynvml.nvmlDeviceGetPcieThroughput(h, _PCIE_TX_BYTES)]
+        )
+        rx = self._call(
+            dev, "PCIe RX", [lambda: pynvml.nvmlDeviceGetPcieThroughput(h, _PCIE_RX_BYTES)]
+        )
+        gen, width, tx, rx = valid(gen), valid(width), valid(tx), valid(rx)
+        return {
+            "pcie_gen": None if gen is None else int(gen),
+            "pcie_gen_max": None if dev.pcie_max[0] is None else int(dev.pcie_max[0]),
+            "pcie_width": None if width is None else int(width),
+            "pcie_width_max": None if dev.pcie_max[1] is None else int(dev.pcie_max[1]),
+            "pcie_tx_kb_s": None if tx is None else float(tx),
+            "pcie_rx_kb_s": None if rx is None else float(rx),
+        }
 
     def _lost_sample(self, dev: _Device) -> GpuSample:
         return GpuSample(

@@ -39,7 +39,7 @@ from gputop.model.readings import Pipeline, ProbeRows
 from gputop.sources.bpf_attach import uprobe_multi_supported
 from gputop.sources.bpf_handover import Handover
 from gputop.sources.bpf_syscall import BpfError, LayoutMismatch
-from gputop.sources.cuda_probe import ENTER_PROGRAM, EXIT_PROGRAM, CudaProbes
+from gputop.sources.cuda_probe import UPROBE_PROGRAMS, CudaProbes
 from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader, Unavailable
 from gputop.sources.probe_maps import ProbeMaps
 from gputop.sources.probe_plan import (
@@ -60,7 +60,8 @@ FOOTPRINT = (
     " sched:sched_switch, sched_waking, sched_wakeup, sched_process_exit, sched_process_exec;"
     " entry/exit of irq, softirq, timer and x86 irq_vectors to tell interrupt context (and"
     " network receive processing, with sock:sk_data_ready where the kernel has it); and"
-    " uprobes on the CUDA driver's synchronizing calls in the libcuda a watched trainer maps"
+    " uprobes on the CUDA driver's synchronizing calls and host-to-device copies in the libcuda a"
+    " watched trainer maps"
     " (never on kernel launches); no kprobes. Other tracers (perf, bcc tools, another gputop)"
     " keep seeing every event: a raw tracepoint filters nothing, and each perf-event program"
     " returns 1, which keeps the event."
@@ -194,7 +195,7 @@ class BpfSchedProbe:
             max_entries=self.max_entries(),
             max_cpus=cpus,
             irq_pairs=irq_pairs(),
-            load_only=(ENTER_PROGRAM, EXIT_PROGRAM),
+            load_only=UPROBE_PROGRAMS,
             optional=OPTIONAL_EVENTS,
             uprobe_multi=uprobe_multi_supported() and os.environ.get(UPROBE_MULTI_ENV) != "0",
             nice=self.compile_nice,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from gputop.model.frame import Frame
+from gputop.model.frame import Frame, GpuSample
 from gputop.model.view import ScreenView
 from gputop.widgets.lines import Line, LineWidget
 from gputop.widgets.sparkline import sparkline
@@ -33,6 +33,28 @@ def _pct(v: float | None) -> str:
 
 def _gib(mib: int | None) -> str:
     return NA if mib is None else f"{mib / 1024:.1f}"
+
+
+def _gb_s(kb_s: float) -> str:
+    return f"{kb_s / 1e6:.1f} GB/s"
+
+
+def pcie_text(gpu: GpuSample) -> tuple[str, bool] | None:
+    """``PCIe Gen3 x16/Gen5 x16 ↓2.4 GB/s ↑0.1 GB/s``: the link now against its maximum, the
+    throughput into (↓) and out of (↑) the GPU, and whether it runs below its maximum;
+    None where NVML does not report the link."""
+    if gpu.pcie_gen is None or gpu.pcie_width is None:
+        return None
+    text = f"PCIe Gen{gpu.pcie_gen} x{gpu.pcie_width}"
+    below = False
+    if gpu.pcie_gen_max is not None and gpu.pcie_width_max is not None:
+        text += f"/Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
+        below = gpu.pcie_gen < gpu.pcie_gen_max or gpu.pcie_width < gpu.pcie_width_max
+    if gpu.pcie_rx_kb_s is not None:
+        text += f" ↓{_gb_s(gpu.pcie_rx_kb_s)}"
+    if gpu.pcie_tx_kb_s is not None:
+        text += f" ↑{_gb_s(gpu.pcie_tx_kb_s)}"
+    return text, below
 
 
 class GpuPanel(LineWidget):
@@ -152,6 +174,11 @@ class GpuPanel(LineWidget):
             info.append(("  thr: " + ",".join(gpu.throttle), "gpu-panel--warn"))
         else:
             info.append(("  no throttle", "gpu-panel--label"))
+        pcie = pcie_text(gpu)
+        if pcie is not None:
+            # Below its maximum is worth a look only while it copies (the link trains down
+            # when idle): the verdict names a link that stayed below it; here it is marked.
+            info.append((f"  {pcie[0]}", "gpu-panel--warn" if pcie[1] else "gpu-panel--label"))
         if gpu.sm_source == "dcgm":
             # Not NVML GPM: read from the node's dcgm-exporter (docs/nvml.md).
             info.append(("  SM: dcgm", "gpu-panel--label"))

@@ -14,6 +14,7 @@ GLYPHS = {
     "runq": "▓",
     "throttled": "▚",
     "input": "▒",
+    "h2d": "▙",
     "gpu": "░",
     "irq": "░",
     "io": "▤",
@@ -27,6 +28,7 @@ SHORT = {
     "runq": "cpu-wait",
     "throttled": "throttled",
     "input": "batches",
+    "h2d": "h2d-copy",
     "irq": "gpu/irq",
     "gpu": "gpu",
     "io": "disk-io",
@@ -41,6 +43,7 @@ COMPACT = {
     "runq": "wait",
     "throttled": "thr",
     "input": "in",
+    "h2d": "h2d",
     "irq": "irq",
     "gpu": "gpu",
     "io": "io",
@@ -125,6 +128,7 @@ class TrainerWaitBars(LineWidget):
     TrainerWaitBars > .wait-bars--gpu { color: $text-accent; }
     TrainerWaitBars > .wait-bars--io { color: $text-warning; text-style: bold; }
     TrainerWaitBars > .wait-bars--net { color: $text-secondary; text-style: bold; }
+    TrainerWaitBars > .wait-bars--h2d { color: $text-accent; text-style: bold; }
     TrainerWaitBars > .wait-bars--collective { color: $text-secondary; }
     TrainerWaitBars > .wait-bars--other { color: $text-muted; }
     TrainerWaitBars > .wait-bars--blocked { color: $text-primary; }
@@ -140,6 +144,7 @@ class TrainerWaitBars(LineWidget):
         "wait-bars--gpu",
         "wait-bars--io",
         "wait-bars--net",
+        "wait-bars--h2d",
         "wait-bars--collective",
         "wait-bars--other",
         "wait-bars--blocked",

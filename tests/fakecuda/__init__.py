@@ -5,7 +5,7 @@ path. A workload loads it with ``ctypes.CDLL(path)`` and says how its waiting ca
 wait: ``fake_cuda_set(ns, spin)`` (each call waits ns, asleep or spinning) or
 ``fake_cuda_launch(ns)`` (queue ns of GPU work; a waiting call returns when it is
 done, as a stream synchronization or a copy to pageable memory does). It exports
-every entry point gputop probes (``SYNC_FUNCTIONS``) and ``cuGetProcAddress``, which
+every entry point gputop probes (``PROBED_FUNCTIONS``) and ``cuGetProcAddress``, which
 hands out their addresses the way the CUDA runtime asks for them. gputop finds it in
 the process's ``/proc/PID/maps`` (a file named ``libcuda.so.1``) and probes it as
 it would the real driver. ``caller.py`` beside it calls entry points on threads of

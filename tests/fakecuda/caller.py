@@ -2,12 +2,15 @@
 
     python tests/fakecuda/caller.py LIB WAIT_MS GAP_MS TARGET...
 
-A TARGET is ``sym:NAME`` (the export NAME, found by ``dlsym``, as a program linked
-against the driver calls it) or ``proc:BASE:VERSION:FLAGS`` (the function pointer
-``cuGetProcAddress_v2(BASE, VERSION, FLAGS)`` hands out, as the CUDA runtime calls
-the driver). Every waiting call waits WAIT_MS, asleep; each thread calls its target,
-then sleeps GAP_MS, and so on, timing every call with ``perf_counter``
-(CLOCK_MONOTONIC, the clock of the kernel's ``bpf_ktime_get_ns``).
+A TARGET is ``sym:NAME`` (the export NAME, found by ``dlsym``, as a program linked against
+the driver calls it), ``symh:NAME`` (the same, its source a host buffer) or
+``proc:BASE:VERSION:FLAGS`` (the function pointer ``cuGetProcAddress_v2(BASE, VERSION,
+FLAGS)`` hands out, as the CUDA runtime calls the driver). Every call passes a copy's
+arguments (destination, source, bytes, stream): the source is "device memory" from the
+fake's ``cuMemAlloc_v2`` (a reservation the process cannot read), the destination a host
+buffer; for ``symh:`` the other way round. Every waiting call waits WAIT_MS, asleep; each
+thread calls its target, then sleeps GAP_MS, and so on, timing every call with
+``perf_counter`` (CLOCK_MONOTONIC, the clock of the kernel's ``bpf_ktime_get_ns``).
 
 It prints one JSON line once every thread runs: ``{"tids": {target: tid},
 "symbols": {target: the export its address is, by dladdr}}``. Then, for each line
@@ -18,11 +21,14 @@ ended so far.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable
+
+COPY_BYTES = 4096
 
 
 class _DlInfo(ctypes.Structure):
@@ -47,7 +53,7 @@ def symbol_at(address: int) -> str | None:
 def resolve(lib: ctypes.CDLL, target: str) -> int:
     """The address ``target`` calls."""
     kind, _, rest = target.partition(":")
-    if kind == "sym":
+    if kind in ("sym", "symh"):
         return ctypes.cast(getattr(lib, rest), ctypes.c_void_p).value or 0
     if kind == "proc":
         base, version, flags = rest.split(":")
@@ -71,6 +77,13 @@ def main(argv: list[str]) -> int:
     wait_ms, gap_ms, targets = float(argv[1]), float(argv[2]), argv[3:]
     lib.fake_cuda_set(ctypes.c_longlong(int(wait_ms * 1e6)), 0)
     addresses = {t: resolve(lib, t) for t in targets}
+    device = ctypes.c_ulonglong()
+    if lib.cuMemAlloc_v2(ctypes.byref(device), ctypes.c_size_t(COPY_BYTES)) != 0:
+        raise SystemExit("cuMemAlloc_v2 failed")
+    host = ctypes.create_string_buffer(COPY_BYTES)
+    copy = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p
+    )
     spans: dict[str, list[tuple[float, float]]] = {t: [] for t in targets}
     tids: dict[str, int] = {}
     started = threading.Barrier(len(targets) + 1)
@@ -85,8 +98,11 @@ def main(argv: list[str]) -> int:
             mine.append((t0, time.perf_counter()))
             time.sleep(gap_ms / 1000.0)
 
+    host_addr = ctypes.addressof(host)
     for t in targets:
-        call = ctypes.CFUNCTYPE(ctypes.c_int)(addresses[t])
+        fn = copy(addresses[t])
+        src, dst = (host_addr, device.value) if t.startswith("symh:") else (device.value, host_addr)
+        call = functools.partial(fn, dst, src, COPY_BYTES, None)
         threading.Thread(target=run, args=(t, call), daemon=True).start()
     started.wait()
     symbols = {t: symbol_at(a) for t, a in addresses.items()}

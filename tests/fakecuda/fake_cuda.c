@@ -11,6 +11,14 @@
  *                            stream synchronization or a copy to pageable host
  *                            memory does. The queue is meant for one launching thread.
  * spin picks spinning or sleeping for both.
+ *   fake_cuda_set_h2d(ns, spin)  every later host-to-device copy (cuMemcpyHtoD*,
+ *                            cuMemcpyHtoA*) takes ns, on a CPU (spin: the driver
+ *                            staging pageable memory) or asleep (waiting for its DMA);
+ *                            0, the default: as the waiting calls wait.
+ * cuMemAlloc_v2 hands out "device memory": addresses in a reservation the process
+ * cannot read (PROT_NONE), as a device's memory is not host memory; a generic copy
+ * (cuMemcpy, cuMemcpyAsync) whose source is one waits for the GPU, one from host
+ * memory is a host-to-device copy to gputop's probe. Here both only wait.
  *
  * Each function is its own code (noinline, no identical-code folding), so a
  * uprobe on one never fires for another. Two exceptions on purpose:
@@ -24,6 +32,7 @@
  */
 #include <stddef.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 typedef int CUresult;
@@ -43,6 +52,8 @@ typedef void *CUstream;
 static volatile long long wait_ns;
 static volatile int spin;
 static volatile long long queue_done_ns;
+static volatile long long h2d_ns;
+static volatile int h2d_spin;
 
 static long long now_ns(void) {
     struct timespec t;
@@ -55,10 +66,26 @@ void fake_cuda_set(long long ns, int spin_not_sleep) {
     spin = spin_not_sleep;
 }
 
+void fake_cuda_set_h2d(long long ns, int spin_not_sleep) {
+    h2d_ns = ns;
+    h2d_spin = spin_not_sleep;
+}
+
 void fake_cuda_launch(long long ns) {
     long long now = now_ns();
     long long start = queue_done_ns > now ? queue_done_ns : now;
     queue_done_ns = start + ns;
+}
+
+static void wait_until(long long until, int spinning) {
+    if (spinning) {
+        while (now_ns() < until) {
+        }
+        return;
+    }
+    struct timespec t = {until / 1000000000LL, until % 1000000000LL};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0) {
+    }
 }
 
 static __attribute__((noinline)) CUresult wait_for_gpu(void) {
@@ -68,14 +95,15 @@ static __attribute__((noinline)) CUresult wait_for_gpu(void) {
         until = now + wait_ns;
     if (until <= now)
         return CUDA_SUCCESS;
-    if (spin) {
-        while (now_ns() < until) {
-        }
-        return CUDA_SUCCESS;
-    }
-    struct timespec t = {until / 1000000000LL, until % 1000000000LL};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) != 0) {
-    }
+    wait_until(until, spin);
+    return CUDA_SUCCESS;
+}
+
+/* A host-to-device copy: its own time (fake_cuda_set_h2d), else as the waiting calls. */
+static __attribute__((noinline)) CUresult copy_to_gpu(void) {
+    if (h2d_ns <= 0)
+        return wait_for_gpu();
+    wait_until(now_ns() + h2d_ns, h2d_spin);
     return CUDA_SUCCESS;
 }
 
@@ -137,6 +165,48 @@ WAITS(cuMemcpy3DBatchAsync_ptsz)
 WAITS(cuMemcpy3DBatchAsync_v2)
 WAITS(cuMemcpy3DBatchAsync_v2_ptsz)
 
+/* Copies from host memory to the device, to a device array, in every form. */
+#define COPIES_TO_GPU(name)                                         \
+    __attribute__((noinline)) CUresult name() {                     \
+        return copy_to_gpu();                                       \
+    }
+
+COPIES_TO_GPU(cuMemcpyHtoD)
+COPIES_TO_GPU(cuMemcpyHtoD_v2)
+COPIES_TO_GPU(cuMemcpyHtoD_v2_ptds)
+COPIES_TO_GPU(cuMemcpyHtoDAsync)
+COPIES_TO_GPU(cuMemcpyHtoDAsync_v2)
+COPIES_TO_GPU(cuMemcpyHtoDAsync_v2_ptsz)
+COPIES_TO_GPU(cuMemcpyHtoA)
+COPIES_TO_GPU(cuMemcpyHtoA_v2)
+COPIES_TO_GPU(cuMemcpyHtoA_v2_ptds)
+COPIES_TO_GPU(cuMemcpyHtoAAsync)
+COPIES_TO_GPU(cuMemcpyHtoAAsync_v2)
+COPIES_TO_GPU(cuMemcpyHtoAAsync_v2_ptsz)
+
+/* Device memory: a reservation the process cannot read, handed out in 4 KiB-aligned
+ * pieces (never freed: a test's few allocations). */
+#define DEVICE_BYTES (64ULL << 20)
+static char *device_base;
+static size_t device_used;
+
+CUresult cuMemAlloc_v2(unsigned long long *dptr, size_t bytes) {
+    if (!dptr || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!device_base) {
+        void *p = mmap(NULL, DEVICE_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return CUDA_ERROR_INVALID_VALUE;
+        device_base = p;
+    }
+    size_t need = (bytes + 4095) & ~(size_t)4095;
+    if (device_used + need > DEVICE_BYTES)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr = (unsigned long long)(device_base + device_used);
+    device_used += need;
+    return CUDA_SUCCESS;
+}
+
 /* The unversioned name as an alias of the same code: one function, two symbols. */
 CUresult cuMemcpyDtoH() __attribute__((alias("cuMemcpyDtoH_v2")));
 
@@ -146,13 +216,8 @@ __attribute__((noinline)) CUresult cuMemcpy2D_v2() {
     return cuStreamSynchronize(NULL);
 }
 
-/* Not waits: never probed. A launch queues work; a copy from host memory is the
- * driver copying on the CPU (pin_memory's job), not waiting for the GPU. */
+/* Not a wait: never probed. A launch queues work. */
 CUresult cuLaunchKernel() {
-    return CUDA_SUCCESS;
-}
-
-CUresult cuMemcpyHtoDAsync_v2() {
     return CUDA_SUCCESS;
 }
 
@@ -227,7 +292,18 @@ static const struct proc procs[] = {
     P(cuMemcpy3DBatchAsync, 12080, 1, cuMemcpy3DBatchAsync_ptsz),
     P(cuMemcpy3DBatchAsync, 13000, 0, cuMemcpy3DBatchAsync_v2),
     P(cuMemcpy3DBatchAsync, 13000, 1, cuMemcpy3DBatchAsync_v2_ptsz),
+    P(cuMemcpyHtoD, 2000, 0, cuMemcpyHtoD),
+    P(cuMemcpyHtoD, 3020, 0, cuMemcpyHtoD_v2),
+    P(cuMemcpyHtoD, 7000, 1, cuMemcpyHtoD_v2_ptds),
+    P(cuMemcpyHtoDAsync, 2000, 0, cuMemcpyHtoDAsync),
     P(cuMemcpyHtoDAsync, 3020, 0, cuMemcpyHtoDAsync_v2),
+    P(cuMemcpyHtoDAsync, 7000, 1, cuMemcpyHtoDAsync_v2_ptsz),
+    P(cuMemcpyHtoA, 2000, 0, cuMemcpyHtoA),
+    P(cuMemcpyHtoA, 3020, 0, cuMemcpyHtoA_v2),
+    P(cuMemcpyHtoA, 7000, 1, cuMemcpyHtoA_v2_ptds),
+    P(cuMemcpyHtoAAsync, 2000, 0, cuMemcpyHtoAAsync),
+    P(cuMemcpyHtoAAsync, 3020, 0, cuMemcpyHtoAAsync_v2),
+    P(cuMemcpyHtoAAsync, 7000, 1, cuMemcpyHtoAAsync_v2_ptsz),
     P(cuLaunchKernel, 4000, 0, cuLaunchKernel),
 };
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"
+# Included by SOURCE (its PCIe queries): part of what a build is cached by.
+INCLUDED = (HERE / "fake_nvml_pcie.c",)
 BUILD_ROOT = HERE / "build"
 SONAME = "libnvidia-ml.so.1"
 
@@ -55,7 +57,10 @@ ARCH_HOPPER = 9
 
 def build_fake_nvml(*, old_driver: bool = False) -> Path:
     """Compile the fake (once per source hash and variant); return the directory holding it."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    h = hashlib.sha256(SOURCE.read_bytes())
+    for path in INCLUDED:
+        h.update(path.read_bytes())
+    digest = h.hexdigest()[:16]
     out_dir = BUILD_ROOT / (f"{digest}-old" if old_driver else digest)
     lib = out_dir / SONAME
     if lib.exists():
@@ -117,6 +122,8 @@ class FakeGpu:
     mem_total_mib: int = 81559
     power_limit_w: int = 700
     sm_clock_max_mhz: int = 1980
+    pcie_max: tuple[int, int] = (5, 16)
+    """The PCIe link's maximum generation and width (device and system)."""
     util: Series = (0.0,)
     mem_util: Series = None
     power_w: Series = None
@@ -128,6 +135,10 @@ class FakeGpu:
     sm_occupancy: Series = None
     tensor_util: Series = None
     dram_util: Series = None
+    pcie_gen: Series = None
+    pcie_width: Series = None
+    pcie_tx_kb_s: Series = None
+    pcie_rx_kb_s: Series = None
     lost_at: int | None = None
     errors: Sequence[FakeError] = ()
     gpm_metric_errors: Mapping[int, int] = field(default_factory=dict)
@@ -146,6 +157,10 @@ _SERIES = (
     "sm_occupancy",
     "tensor_util",
     "dram_util",
+    "pcie_gen",
+    "pcie_width",
+    "pcie_tx_kb_s",
+    "pcie_rx_kb_s",
 )
 
 
@@ -183,6 +198,7 @@ def render_scenario(
             f"{p} mem_total_mib {d.mem_total_mib}",
             f"{p} power_limit_w {d.power_limit_w}",
             f"{p} sm_clock_max_mhz {d.sm_clock_max_mhz}",
+            f"{p} pcie_max {d.pcie_max[0]} {d.pcie_max[1]}",
         ]
         for name in _SERIES:
             values = getattr(d, name)

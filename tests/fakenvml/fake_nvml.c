@@ -63,12 +63,17 @@ enum series_id {
     S_SM_OCCUPANCY,
     S_TENSOR_UTIL,
     S_DRAM_UTIL,
+    S_PCIE_GEN,
+    S_PCIE_WIDTH,
+    S_PCIE_TX_KB_S,
+    S_PCIE_RX_KB_S,
     N_SERIES
 };
 
 static const char *series_names[N_SERIES] = {
     "util",   "mem_util", "power_w",      "mem_used_mib", "temperature_c", "sm_clock_mhz",
     "throttle", "sm_util", "sm_occupancy", "tensor_util", "dram_util",
+    "pcie_gen", "pcie_width", "pcie_tx_kb_s", "pcie_rx_kb_s",
 };
 
 
@@ -97,6 +102,7 @@ struct fake_dev {
     unsigned long long mem_total_mib;
     unsigned power_limit_w;
     unsigned sm_clock_max_mhz;
+    unsigned pcie_gen_max, pcie_width_max;
     double series[N_SERIES][MAX_TICKS];
     int nvals[N_SERIES];
     int lost_at;
@@ -205,6 +211,8 @@ static void reset_scenario(void) {
         d->mem_total_mib = 81559;
         d->power_limit_w = 700;
         d->sm_clock_max_mhz = 1980;
+        d->pcie_gen_max = 5;
+        d->pcie_width_max = 16;
         d->lost_at = -1;
         d->tick = -1;
         d->energy_mj = 1.0e9;
@@ -306,6 +314,13 @@ static int parse_line(char *line, int lineno) {
             if (!v)
                 goto bad;
             d->sm_clock_max_mhz = (unsigned)atoi(v);
+        } else if (strcmp(what, "pcie_max") == 0) {
+            char *gen = NEXT();
+            char *width = gen ? NEXT() : NULL;
+            if (!width)
+                goto bad;
+            d->pcie_gen_max = (unsigned)atoi(gen);
+            d->pcie_width_max = (unsigned)atoi(width);
         } else if (strcmp(what, "lost_at") == 0) {
             char *v = NEXT();
             if (!v)
@@ -991,3 +1006,6 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *g) {
     RETURN(NVML_SUCCESS);
 }
 #endif
+
+/* The PCIe link and its throughput: a file of their own, built into this one. */
+#include "fake_nvml_pcie.c"

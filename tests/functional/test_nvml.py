@@ -498,3 +498,38 @@ def test_a_rewritten_scenario_takes_effect_mid_run_keeping_the_tick(nvml: MakeSo
     r = src.read()
     assert r.gpus[0].util == 23.0  # tick 3 of the new series
     assert [(p.pid, p.gpu_mem_mib) for p in r.processes] == [(me, 7)]
+
+
+def test_the_pcie_link_and_its_throughput_follow_the_scenario(nvml: MakeSource) -> None:
+    src, _ = nvml(
+        [
+            FakeGpu(
+                util=[40],
+                pcie_max=(5, 16),
+                pcie_gen=[1, 3, 5],
+                pcie_width=[16, 8, 16],
+                pcie_rx_kb_s=[0, 2_400_000, 12_000_000],
+                pcie_tx_kb_s=[0, 1000, 2000],
+            )
+        ]
+    )
+    got = [r.gpus[0] for r in ticks(src, 3)]
+    assert [(g.pcie_gen, g.pcie_width) for g in got] == [(1, 16), (3, 8), (5, 16)]
+    assert {(g.pcie_gen_max, g.pcie_width_max) for g in got} == {(5, 16)}
+    assert [g.pcie_rx_kb_s for g in got] == [0.0, 2.4e6, 1.2e7]
+    assert [g.pcie_tx_kb_s for g in got] == [0.0, 1000.0, 2000.0]
+
+
+def test_a_gpu_without_pcie_queries_reports_the_link_as_not_available(nvml: MakeSource) -> None:
+    missing = (
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        "nvmlDeviceGetPcieThroughput",
+    )
+    src, _ = nvml([FakeGpu(util=[40])], missing=missing)
+    g = ticks(src, 2)[-1].gpus[0]
+    assert (g.pcie_gen, g.pcie_gen_max, g.pcie_width, g.pcie_width_max) == (None,) * 4
+    assert (g.pcie_rx_kb_s, g.pcie_tx_kb_s) == (None, None)
+    assert g.util == 40.0, "the rest of the sample is read as before"

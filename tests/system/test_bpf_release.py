@@ -13,7 +13,7 @@ import pytest
 
 from gputop.model.readings import Pipeline
 from gputop.sources.bpf_attach import uprobe_multi_supported
-from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets
+from gputop.sources.cuda_probe import PROBED_FUNCTIONS, PROBES, function_offsets
 from gputop.sources.libbpf_loader import kernel_btf_problem
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import held_links, held_perf_attachments, loaded_link_ids, perf_attachments
@@ -58,11 +58,12 @@ def test_the_libbpf_probe_holds_only_links_and_lets_go_of_all_at_once() -> None:
         mine = [ln for ln in held_links(os.getpid()) if ln["link_id"] not in links_before]
         kinds = sorted(ln["link_type"] for ln in mine)
         assert set(kinds) == {"raw_tracepoint", "uprobe_multi", "uretprobe_multi"}, kinds
-        # One link each way for the library, at every distinct synchronizing function.
+        # One link each way per program pair for the library (the waits, the host-to-device
+        # copies, the copies whose pointers tell), together at every distinct probed function.
         uprobes = [ln for ln in mine if ln["link_type"] in ("uprobe_multi", "uretprobe_multi")]
-        distinct = set(function_offsets(lib, SYNC_FUNCTIONS).values())
-        assert len(uprobes) == 2, uprobes
-        assert all(int(ln["uprobe_cnt"]) == len(distinct) for ln in uprobes), uprobes
+        distinct = set(function_offsets(lib, PROBED_FUNCTIONS).values())
+        assert len(uprobes) == 2 * len(PROBES), uprobes
+        assert sum(int(ln["uprobe_cnt"]) for ln in uprobes) == 2 * len(distinct), uprobes
         assert all(os.path.samefile(ln["path"], lib) for ln in uprobes), uprobes
         ids = {int(ln["link_id"]) for ln in mine}
         started = time.monotonic()

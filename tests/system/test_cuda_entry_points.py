@@ -25,7 +25,13 @@ import pytest
 
 from gputop.model.readings import Pipeline, ProbeReading
 from gputop.sampler import HostPass, Sampler
-from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets
+from gputop.sources.cuda_probe import (
+    DIRECTED_COPIES,
+    H2D_COPIES,
+    PROBED_FUNCTIONS,
+    SYNC_FUNCTIONS,
+    function_offsets,
+)
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import Intervals
 from tests.fakecuda import HERE, build_fake_cuda
@@ -119,15 +125,28 @@ def _measured(
 
 
 def _compare(
-    probe: BpfSchedProbe, caller: Caller, seconds: float = 3.0
+    probe: BpfSchedProbe, caller: Caller, seconds: float = 3.0, field: str = "sync_ns"
 ) -> dict[str, tuple[float, float]]:
-    """Each target's (gputop's share of the window inside CUDA calls, its own clock's)."""
+    """Each target's (gputop's share of the window inside CUDA calls of the kind ``field``
+    counts, its own clock's)."""
+    return {
+        t: (got[field], clock) for t, (got, clock) in _compare_all(probe, caller, seconds).items()
+    }
+
+
+def _compare_all(
+    probe: BpfSchedProbe, caller: Caller, seconds: float
+) -> dict[str, tuple[dict[str, float], float]]:
+    """Each target's (gputop's shares of the window: sync_ns, h2d_ns; its own clock's)."""
     r, t0, t1 = _measured(probe, caller, seconds)
     spans = caller.spans()
     out = {}
     for target, tid in caller.tids.items():
         row = r.per_tid.get(tid)
-        got = 100.0 * row.sync_ns / r.dt_ns if row is not None else 0.0
+        got = {
+            f: 100.0 * getattr(row, f) / r.dt_ns if row is not None else 0.0
+            for f in ("sync_ns", "h2d_ns")
+        }
         out[target] = (got, _share(spans[target], t0, t1))
     return out
 
@@ -151,23 +170,55 @@ def test_every_probed_entry_point_is_counted_as_gpu_wait_once_per_call(
     assert not wrong, wrong
 
 
+def test_every_host_to_device_copy_is_a_copy_and_a_generic_one_from_host_memory_too(
+    probe: BpfSchedProbe, cuda_lib: Path
+) -> None:
+    exported = function_offsets(str(cuda_lib), H2D_COPIES)
+    assert set(exported) == set(H2D_COPIES), "the fake lacks a host-to-device entry point"
+    # The generic copies tell their direction by the source's memory: that is the CO-RE
+    # object's (bpf_find_vma); bcc's build counts them as GPU waits, whatever the source.
+    directed = DIRECTED_COPIES if probe.loader == "libbpf" else ()
+    targets = [f"sym:{n}" for n in H2D_COPIES] + [f"symh:{n}" for n in directed]
+    caller = Caller(cuda_lib, targets)
+    try:
+        result = _compare_all(probe, caller, 3.0)
+    finally:
+        caller.close()
+    for target, (got, truth) in sorted(result.items()):
+        print(
+            f"{target:34s} copy {got['h2d_ns']:5.1f}%  GPU wait {got['sync_ns']:5.1f}%"
+            f"  own clock {truth:5.1f}%"
+        )
+    wrong = {
+        t: (got, truth)
+        for t, (got, truth) in result.items()
+        if abs(got["h2d_ns"] - truth) > POINTS or truth < 30.0 or got["sync_ns"] > 0.5
+    }
+    assert not wrong, wrong
+
+
 def test_calls_through_cuGetProcAddress_pointers_are_the_probed_functions(
     probe: BpfSchedProbe, cuda_lib: Path
 ) -> None:
     bases = ["cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"]
     bases += ["cuMemcpyDtoHAsync", "cuMemcpyAsync", "cuMemcpyDtoH", "cuMemcpy3DBatchAsync"]
+    bases += ["cuMemcpyHtoD", "cuMemcpyHtoDAsync"]
     targets = [
         f"proc:{b}:{RUNTIME_VERSION}:{f}" for b in bases for f in (LEGACY_STREAM, PER_THREAD)
     ]
     caller = Caller(cuda_lib, targets)
     try:
-        result = _compare(probe, caller)
+        both = _compare_all(probe, caller, 3.0)
     finally:
         caller.close()
+    # A host-to-device copy's time is the copy's; every other call's, the GPU wait's.
+    result = {
+        t: (got["h2d_ns" if "HtoD" in t else "sync_ns"], truth) for t, (got, truth) in both.items()
+    }
     for target, (got, truth) in sorted(result.items()):
         export = caller.symbols[target]
         print(f"{target:40s} -> {export}: gputop {got:5.1f}%  own clock {truth:5.1f}%")
-        assert export in SYNC_FUNCTIONS, f"{target} calls {export}, not a probed export"
+        assert export in PROBED_FUNCTIONS, f"{target} calls {export}, not a probed export"
     wrong = {t: v for t, v in result.items() if abs(v[0] - v[1]) > POINTS or v[1] < 30.0}
     assert not wrong, wrong
 

@@ -22,7 +22,7 @@ import pytest
 from gputop.model.diagnosis import Diagnoser
 from gputop.model.frame import Frame, ProcessSample
 from gputop.sampler import HostPass, Sampler
-from gputop.sources.cuda_probe import SYNC_FUNCTIONS, function_offsets
+from gputop.sources.cuda_probe import PROBED_FUNCTIONS, PROBES, function_offsets
 from gputop.sources.nvml import NvmlSource
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import (
@@ -327,20 +327,25 @@ def test_two_trainers_mapping_one_library_share_one_attachment(
     st = os.stat(cuda_lib)
     mine = [k for k in files if k[1] == st.st_ino]
     assert len(mine) == 1, files
-    assert set(files[mine[0]]) == set(function_offsets(str(cuda_lib), SYNC_FUNCTIONS))
+    probed = function_offsets(str(cuda_lib), PROBED_FUNCTIONS)
+    assert set(files[mine[0]]) == set(probed)
     # One entry and one return probe per function: the alias cuMemcpyDtoH is not probed twice.
-    distinct = set(function_offsets(str(cuda_lib), SYNC_FUNCTIONS).values())
+    distinct = set(probed.values())
     assert len(distinct) < len(files[mine[0]])
     if probe.cuda.multi:
-        # One uprobe_multi link each way for the file, at each distinct address.
+        # One uprobe_multi link each way per program pair (the waits, the host-to-device
+        # copies, the copies whose pointers tell) for the file, at each distinct address.
         links = [
             ln
             for ln in held_links(os.getpid())
             if ln["link_type"] in ("uprobe_multi", "uretprobe_multi")
             and os.path.samefile(ln["path"], cuda_lib)
         ]
-        assert sorted(ln["link_type"] for ln in links) == ["uprobe_multi", "uretprobe_multi"]
-        assert all(int(ln["uprobe_cnt"]) == len(distinct) for ln in links), links
+        pairs = len(PROBES)
+        assert sorted(ln["link_type"] for ln in links) == sorted(
+            ["uprobe_multi", "uretprobe_multi"] * pairs
+        )
+        assert sum(int(ln["uprobe_cnt"]) for ln in links) == 2 * len(distinct), links
     else:
         uprobes = [
             a

@@ -18,7 +18,7 @@ import pytest
 from gputop.model.probe_abi import MAP_TYPES
 from gputop.sources.bcc_loader import BccLoader
 from gputop.sources.bpf_syscall import map_info
-from gputop.sources.cuda_probe import ENTER_PROGRAM, EXIT_PROGRAM
+from gputop.sources.cuda_probe import UPROBE_PROGRAMS
 from gputop.sources.libbpf_loader import LibbpfLoader
 from gputop.sources.probe_loader import LoadError, LoadSpec, ProbeLoader, Unavailable
 from gputop.sources.probe_plan import (
@@ -79,7 +79,7 @@ def _spec() -> LoadSpec:
         },
         max_cpus=cpus,
         irq_pairs=[*irq_pairs(), ("no_such_category", "no_such_event")],
-        load_only=(ENTER_PROGRAM, EXIT_PROGRAM),
+        load_only=UPROBE_PROGRAMS,
         nice=0,
     )
 
@@ -89,13 +89,13 @@ def test_a_load_attaches_every_scheduler_event_and_hands_over_fds_only(make) -> 
     before = held_prog_ids(os.getpid())
     ho = loader.load(_spec())
     try:
-        assert SCHED_PROGRAMS | {ENTER_PROGRAM, EXIT_PROGRAM} <= set(ho.programs)
+        assert SCHED_PROGRAMS | set(UPROBE_PROGRAMS) <= set(ho.programs)
         attached = {a.partition(":")[2] for a in ho.attachments}
         assert {f"sched:{e}" for e in EVENTS} <= attached
         # The uprobe programs are loaded, not attached: the probe attaches them per libcuda.
         mine = held_perf_attachments(os.getpid())
         assert {a["prog_id"] for a in mine} >= set(ho.program_ids()[p] for p in SCHED_PROGRAMS)
-        uprobe_ids = {ho.program_ids()[ENTER_PROGRAM], ho.program_ids()[EXIT_PROGRAM]}
+        uprobe_ids = {ho.program_ids()[p] for p in UPROBE_PROGRAMS}
         assert not uprobe_ids & {a["prog_id"] for a in mine}
         # Every map gputop knows, checked against the program's own description.
         maps = ho.open_maps(MAP_TYPES)

@@ -154,6 +154,17 @@ def test_io_wait_and_io_pressure_are_exported_where_known() -> None:
     assert "100" not in {s.labels["pid"] for s in f["gputop_process_io_wait_percent"]}
 
 
+def test_a_trainers_host_to_device_copies_are_exported_where_measured() -> None:
+    from dataclasses import replace
+
+    from tests.exportutil import FRAME
+
+    trainer, *rest = FRAME.processes
+    f = scrape_collector(replace(FRAME, processes=(replace(trainer, h2d_copy_pct=41.5), *rest)))
+    assert one(f, "gputop_process_h2d_copy_percent", pid=str(trainer.pid)) == 41.5
+    assert len(f["gputop_process_h2d_copy_percent"]) == 1, "unmeasured: no series"
+
+
 def test_a_workers_network_wait_is_a_reason_of_its_blocked_time() -> None:
     from dataclasses import replace
 

@@ -12,6 +12,7 @@ from gputop.model.probe_abi import (
     HIST_SLOTS,
     WAKE_CLASSES,
     WAKE_COLLECTIVE,
+    WAKE_H2D,
     WAKE_INPUT,
     WAKE_IRQ,
     WAKE_NET,
@@ -412,3 +413,31 @@ def test_a_process_keeps_the_io_wait_of_its_exited_threads() -> None:
                                                           dead_io_wait_ns=200 * MS)})
     )  # fmt: skip
     assert (r.per_tgid[10].blocked_ns, r.per_tgid[10].io_wait_ns) == (300 * MS, 200 * MS)
+
+
+def test_time_inside_a_host_to_device_copy_is_the_copys_ended_or_in_progress() -> None:
+    acc = SchedIntervals()
+    acc.update(rows(1000, {10: thread(10, nvcsw=1)}))
+    # Copies that returned: 300 ms, 100 of it on a CPU, 50 queued, 150 blocked. Then one in
+    # progress since 1700: on a CPU from 1700 until it blocked at 1800, asleep since.
+    t = thread(
+        10,
+        nvcsw=3,
+        oncpu_ns=400 * MS,
+        blocked_ns=150 * MS,
+        runq_ns=50 * MS,
+        wait_ns={WAKE_H2D: 150 * MS},
+        h2d_ns=300 * MS,
+        h2d_oncpu_ns=100 * MS,
+        h2d_runq_ns=50 * MS,
+        h2d_depth=1,
+        h2d_since=1700 * MS,
+        out_ts=1800 * MS,
+        wake_class=WAKE_NONE,
+    )
+    d = acc.update(rows(2000, {10: t})).per_tid[10]
+    assert d.h2d_ns == 600 * MS, "300 ended + 300 in progress"
+    assert (d.h2d_oncpu_ns, d.h2d_runq_ns) == (100 * MS, 50 * MS)
+    # Blocked inside the copy is the copy's, never pending nor another class.
+    assert d.wait_h2d_ns == 350 * MS and d.wait_pending_ns == 0
+    assert d.wait_irq_ns == d.wait_other_ns == 0 and d.sync_ns == 0

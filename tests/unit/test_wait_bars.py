@@ -355,3 +355,27 @@ def test_a_trainers_drill_down_says_where_its_workers_spend_their_time() -> None
         "its 1 DataLoader worker (each, on average): on a CPU 40%, waiting for a CPU 2%,"
         " throttled by its CPU limit 10%, blocked 48% (on what: needs the eBPF probe)"
     )
+
+
+def test_a_trainers_host_to_device_copies_are_their_own_part_not_work_nor_gpu_wait() -> None:
+    from gputop.model.waits import split_of
+
+    # On a CPU 60% (30 of it inside copies), blocked 40%: 25 in the GPU wait, 10 inside
+    # copies; 2% queued inside a copy stays a wait for a CPU.
+    trainer = dict(
+        offcpu_pct=40.0, runq_pct=5.0, wait_input_pct=0.0, wait_irq_pct=0.0,
+        wait_thread_pct=0.0, wait_other_pct=0.0, gpu_sync_pct=25.0, gpu_sync_spin_pct=0.0,
+        gpu_sync_runq_pct=0.0,
+    )  # fmt: skip
+    got = split_of(**trainer, h2d_copy_pct=42.0, h2d_copy_cpu_pct=30.0, h2d_copy_runq_pct=2.0)  # type: ignore[arg-type]
+    assert got is not None
+    assert [s.key for s in got.segments] == ["cpu", "runq", "input", "h2d", "gpu", "other"]
+    assert (got.pct("cpu"), got.pct("h2d"), got.pct("gpu"), got.pct("runq")) == (
+        30.0,
+        40.0,
+        25.0,
+        5.0,
+    )
+    assert abs(sum(s.pct for s in got.segments) - 100.0) < 1e-9
+    none = split_of(**trainer, h2d_copy_pct=0.2, h2d_copy_cpu_pct=0.1, h2d_copy_runq_pct=0.0)  # type: ignore[arg-type]
+    assert none is not None and "h2d" not in [s.key for s in none.segments]
