@@ -9,7 +9,7 @@ import shutil
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -109,14 +109,17 @@ def held_by_anyone(kind: str = "prog_id") -> set[int]:
     return ids
 
 
-def wait_gone(ids: set[int], timeout_s: float = 10.0) -> set[int]:
-    """Wait for the kernel to free these programs (it does so a moment after the last close).
+def wait_gone(
+    ids: set[int], timeout_s: float = 10.0, loaded: Callable[[], set[int]] = loaded_prog_ids
+) -> set[int]:
+    """Wait for the kernel to free these programs (it does so a moment after the last close),
+    or these links with ``loaded=loaded_link_ids``.
 
     Returns the ones still loaded at the deadline.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        left = ids & loaded_prog_ids()
+        left = ids & loaded()
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)

@@ -76,6 +76,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         compileall.compile_dir(tree, quiet=1, workers=1)
 
 
+# Seconds each test file took (set-up, call and tear-down of all its tests), summed in the
+# process that reports: under pytest-xdist the controller, which gets every worker's reports.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The slowest test files, the unit a suite-time budget is spent in."""
+    if not _FILE_SECONDS:
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:20]
+    terminalreporter.section("slowest 20 files")
+    for path, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.2f}s {path}")
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_line(f"{total:8.2f}s in all {len(_FILE_SECONDS)} files")
+
+
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     """A real process to signal or watch; killed at teardown whatever the test did to it."""

@@ -543,16 +543,8 @@ def _plain(obj: Any, skip: str = "") -> dict[str, Any]:
 # A process that is no distributed job's rank leaves these out (they read back as null):
 # most processes are none, and a snapshot holds every process of every frame.
 _RANK_FIELDS = ("job_id", "rank", "world_size", "local_rank")
-# Extras only a trainer, a worker waiting on the network or a SLURM job's process has: left
-# out where null (they read back as null).
-_SPARSE_FIELDS = (
-    "peers",
-    "workers_time",
-    "h2d_copy_cpu_pct",
-    "h2d_copy_runq_pct",
-    "slurm_job_id",
-    "slurm_step_id",
-)
+# Extras only a trainer or a worker waiting on the network has: left out where null.
+_SPARSE_FIELDS = ("peers", "workers_time", "h2d_copy_cpu_pct", "h2d_copy_runq_pct")
 
 
 def _process_dict(p: ProcessSample, threads: bool) -> dict[str, Any]:
