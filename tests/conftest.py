@@ -33,6 +33,8 @@ SHAREABLE_SYSTEM_MODULES = frozenset(
         "test_bpf_release",
         "test_cgroup",
         "test_cli",
+        "test_cuda_attach",
+        "test_demo_exit",
         "test_detach",
         "test_doctor",
         "test_export",
@@ -58,6 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = item.path
         if path.parent.name == "system" and path.stem not in SHAREABLE_SYSTEM_MODULES:
             item.add_marker(pytest.mark.serial)
+        elif item.get_closest_marker("serial") is not None:
+            # scripts/install-and-test.sh runs the serial batch from tests/system alone.
+            raise pytest.UsageError(f"{item.nodeid}: serial tests belong in tests/system")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

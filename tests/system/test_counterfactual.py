@@ -16,7 +16,7 @@ per second after a settling second are the "after". The bound must lie within
 * storage: the workers read a loop device whose reads a blkio cgroup caps at 40 a second;
 * the trainer's own work: the trainer burns 20 ms of CPU per step before its GPU wait.
 
-Run time on the 2-CPU host: about 61 s for the file (one probe, three job starts; the
+Run time on the 2-CPU host: about 47 s for the file (one probe, three job starts; the
 contention and limit cases share one).
 """
 
@@ -51,8 +51,8 @@ pytestmark = needs_probe(pytest.mark.torch)
 
 TICKS = 8
 FIRST = 2  # the first tick whose process numbers are the probe's (test_truth_causes.py)
-SETTLE_S = 1.5
-AFTER_S = 4.0
+SETTLE_S = 1.0
+AFTER_S = 3.0
 BAND = (0.85, 1.3)
 HOGS = 4
 QUOTA = 0.25

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,8 +39,11 @@ from tests.torchjob import descendants, running_loop
 LOOP = {"workers": 2, "item_cpu_ms": 4, "batch_size": 8, "step_ms": 20, "step": "sleep"}
 QUOTA = 0.25
 FLOOR_PCT = 5.0
-WINDOW_S = 10.0
-BPF_FRAMES = 24  # 12 s of eBPF frames at 0.5 s: a full window, then the verdict confirmed
+# The diagnosis window, set through the user's config file ([thresholds] window_s): half the
+# default, so the three records take 6 s of eBPF frames each rather than 12 (what is checked
+# holds for any window; at 0.25 CPU the kernel counts 50 CFS periods in it).
+WINDOW_S = 5.0
+BPF_FRAMES = 12  # 6 s of eBPF frames at 0.5 s: a full window, then the verdict confirmed
 HOG = "while True: pass"
 
 
@@ -111,9 +115,10 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
             tmp / "nvml",
             [FakeGpu(util=[97], sm_util=[10], power_w=[150], processes=[FakeProc(pid=loop.pid)])],
         )
+        env = _env(fake, tmp)
         with _hog(True) as hog:
             assert hog is not None
-            out["no-limit"] = Case(_record(fake.env()), job, hog.pid, [])
+            out["no-limit"] = Case(_record(env), job, hog.pid, [])
         with cpu_limited_cgroup(QUOTA) as cg:
             # Moved once torch is imported and the workers run (importing torch at 0.25 CPU
             # would take a minute); persistent workers, so none is born outside later.
@@ -121,7 +126,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
                 cg.add(pid)
             for with_hog in (False, True):
                 with _hog(with_hog) as hog, cg.counting() as counts:
-                    frames = _record(fake.env())
+                    frames = _record(env)
                 name = "beside-a-cpu-hog" if with_hog else "alone"
                 out[name] = Case(frames, job, hog.pid if hog else None, counts)
     return out
@@ -151,7 +156,8 @@ def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_rai
     line = next(e for e in last["evidence"] if e.startswith("its CPU limit holds it back"))
     m = re.search(
         rf"its cgroup allows {QUOTA:g} CPUs \(cpu\.(?:max|cfs_quota_us)\) and the kernel"
-        r" throttled it in (\d+)% of its periods over the last 10 s \(cpu.stat: (\d+) of (\d+),"
+        rf" throttled it in (\d+)% of its periods over the last {WINDOW_S:g} s"
+        r" \(cpu.stat: (\d+) of (\d+),"
         r" [\d.]+ s throttled over its CPUs\); the trainer and its 2 DataLoader workers used"
         r" (\d+\.\d+) CPUs; it held the trainer back (\d+)% of its time and its workers"
         r" (\d+)(?:-(\d+))?% \((measured|inferred) ",
@@ -174,7 +180,7 @@ def test_a_job_in_a_quarter_cpu_cgroup_is_held_back_by_its_limit_and_told_to_rai
     source = "bpf" if m.group(8) == "measured" else "cpu.stat"
     # The trainer's share is its own, as its THR% reads over the same window (never a mean
     # with its workers', which once read 26% beside a THR% of 80).
-    # (The diagnosis's window: the frames within 10 s of the last, both ends included.)
+    # (The diagnosis's window: the frames within WINDOW_S of the last, both ends included.)
     trainer = [
         p["cpu_throttled_pct"]
         for f in frames
@@ -250,3 +256,11 @@ def _record(env: dict[str, str]) -> list[dict[str, Any]]:
         return seen[0] >= BPF_FRAMES
 
     return record_until(gputop_cmd("record", "--interval", "0.5"), enough, env=env)
+
+
+def _env(fake: FakeNvml, tmp: Path) -> dict[str, str]:
+    """The fake NVML's environment, with a config file whose diagnosis window is WINDOW_S."""
+    config = tmp / "config" / "gputop" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"[thresholds]\nwindow_s = {WINDOW_S}\n")
+    return {**fake.env(), "XDG_CONFIG_HOME": str(tmp / "config")}

@@ -1,27 +1,17 @@
 """End to end: `gputop record --demo NAME` runs the real workload (CPU hogs in
 cpu-contention, a real CPU-limited cgroup in cpu-limit, two exec'd ranks of one job in
-straggler) and reaches its verdict, and nothing
-the demo started survives gputop's exit, Ctrl-C, SIGTERM, SIGHUP or SIGKILL: no process,
-and no cgroup."""
+straggler) and reaches its verdict (that nothing of a demo survives gputop:
+tests/system/test_demo_exit.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gputop.demo import SCENARIOS
-from gputop.sources.probe_loader import Unavailable
-from gputop.sources.probe_plan import preflight
-from tests.cgrouputil import blkio_hierarchy, cpu_hierarchy
-from tests.harness import start_gputop
-from tests.procutil import descendants, proc_comm, survivors
+from tests.demoutil import skip_without_cgroups
 from tests.recordutil import record_demo
 
 TICKS_TO_VERDICT = 5
@@ -44,40 +34,6 @@ def summary(frames: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _skip_without_cgroups(name: str) -> None:
-    """The cpu-limit and storage demos make cgroups, and the demos whose verdicts rest on the
-    eBPF probe need it: they run as root, on a writable controller, with the probe."""
-    sc = SCENARIOS[name]
-    if sc.cpu_limit is None and sc.read_iops is None and not sc.needs_probe:
-        return
-    if os.geteuid() != 0:
-        pytest.skip(f"the {name} demo needs root")
-    if sc.cpu_limit is not None and cpu_hierarchy() is None:
-        pytest.skip("the cpu-limit demo needs a writable cgroup cpu controller")
-    if sc.read_iops is not None and blkio_hierarchy() is None:
-        pytest.skip("the storage demo needs a writable cgroup v1 blkio controller here")
-    if sc.needs_probe:
-        pre = preflight()
-        if isinstance(pre, Unavailable):
-            pytest.skip(f"the {name} demo needs the eBPF probe: {pre.reason}")
-
-
-def _demo_disks() -> list[str]:
-    """Loop devices attached over a storage demo's disk file (deleted once attached)."""
-    found = []
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        with contextlib.suppress(OSError):
-            if "gputop-demo-disk-" in backing.read_text():
-                found.append(backing.parent.parent.name)
-    return found
-
-
-def _demo_cgroup(gputop_pid: int) -> Path | None:
-    """Where the cpu-limit demo of this gputop makes its cgroup (None: no cpu controller)."""
-    found = cpu_hierarchy()
-    return None if found is None else found[0] / f"gputop-demo-{gputop_pid}"
-
-
 def _verdict(frame: dict[str, Any], gpu: int) -> dict[str, Any]:
     (v,) = [v for v in frame["verdicts"] if v["gpu"] == gpu]
     return v
@@ -85,7 +41,7 @@ def _verdict(frame: dict[str, Any], gpu: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_reaches_its_verdict_within_5_ticks(name: str) -> None:
-    _skip_without_cgroups(name)
+    skip_without_cgroups(name)
     sc = SCENARIOS[name]
     expected = sc.expect
     frames = record_demo(name, interval=0.5, duration=3.5, bpf=sc.needs_probe)
@@ -145,83 +101,3 @@ def test_contention_really_lowers_sm_activity_against_healthy() -> None:
     assert contended["gpus"][0]["util"] > 60
     hogs = [p for p in contended["processes"] if p["comm"] == "cpu_hog"]
     assert len(hogs) == SCENARIOS["cpu-contention"].hogs(min(2, len(os.sched_getaffinity(0))))
-
-
-# ---- no process left behind -------------------------------------------------------
-
-
-def _start_record(name: str, extra: list[str]) -> subprocess.Popen[str]:
-    bpf = () if SCENARIOS[name].needs_probe else ("--no-bpf",)
-    return start_gputop(
-        *("record", "--demo", name, "--interval", "0.3", *bpf, *extra),
-        start_new_session=True,
-    )
-
-
-@pytest.mark.parametrize(
-    ("how", "name"),
-    [
-        ("exit", "healthy"),
-        ("ctrl-c", "cpu-contention"),
-        ("sigterm", "slow-dataloader"),
-        ("sighup", "healthy"),
-        ("sigkill", "cpu-contention"),
-        ("exit", "cpu-limit"),
-        ("sigterm", "cpu-limit"),
-        ("sigkill", "cpu-limit"),
-        ("sigkill", "storage"),
-        ("sigkill", "straggler"),
-    ],
-)
-def test_demo_leaves_no_process_behind(how: str, name: str) -> None:
-    _skip_without_cgroups(name)
-    extra = ["--duration", "1.5"] if how == "exit" else []
-    proc = _start_record(name, extra)
-    cgroup = _demo_cgroup(proc.pid) if SCENARIOS[name].cpu_limit is not None else None
-    if SCENARIOS[name].read_iops is not None:
-        io_base = blkio_hierarchy()
-        cgroup = None if io_base is None else io_base / f"gputop-demo-io-{proc.pid}"
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        assert first, proc.stderr.read() if proc.stderr else ""
-        tree = descendants(proc.pid)
-        comms = {proc_comm(pid) for pid in tree}
-        assert {"gputop-demo", "demo_trainer", "pt_data_worker"} <= comms, comms
-        if SCENARIOS[name].hogs_per_cpu or SCENARIOS[name].rank0_hogs:
-            assert "cpu_hog" in comms
-        if cgroup is not None:
-            # The whole job runs in the limited cgroup gputop made; in the storage demo's
-            # I/O cgroup, its disk's readers: the workers.
-            inside = {int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()}
-            comm = ("pt_data_worker",) if SCENARIOS[name].read_iops else ("demo_trainer",)
-            job = {pid for pid in tree if proc_comm(pid) in ("pt_data_worker", *comm)}
-            assert job and job <= inside, (job, inside)
-        if SCENARIOS[name].read_iops is not None:
-            assert len(_demo_disks()) == 1, _demo_disks()
-        if how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends to the foreground group
-        elif how != "exit":
-            sig = {"sigterm": signal.SIGTERM, "sighup": signal.SIGHUP, "sigkill": signal.SIGKILL}[
-                how
-            ]
-            os.kill(proc.pid, sig)
-        _, err = proc.communicate(timeout=20)
-        assert survivors(tree) == []
-        assert "Traceback" not in err
-        if cgroup is not None:
-            # After SIGKILL the launcher removes it on its own: give it the time survivors had.
-            deadline = time.monotonic() + 5.0
-            while cgroup.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not cgroup.exists()
-        if SCENARIOS[name].read_iops is not None:
-            # The throttled disk goes with its last reader (autoclear).
-            deadline = time.monotonic() + 5.0
-            while _demo_disks() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert _demo_disks() == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
