@@ -3,12 +3,16 @@
     python bench/textual_floor.py                    # idle, 1 line, 8 lines; gputop's driver
     python bench/textual_floor.py --driver textual   # the same with Textual's own driver
     python bench/textual_floor.py --widgets 1 8 16 --duration 20
+    python bench/textual_floor.py --layout           # each update with a layout pass too
 
 Each case is an app with N one-line ``Static`` widgets, each updated once per interval
-(N = 0: the app only wakes once per interval and changes nothing), run in a detached
-tmux session (120x40) and measured as bench/tui_cpu.py measures gputop: utime+stime
-of its process over the window, % of one core, after a warm-up. The cases alternate
-over ``--rounds`` rounds. The difference between the cases is the cost of a changed
+(N = 0: the app only wakes once per interval and changes nothing), without a layout pass
+(``update(..., layout=False)``: the text changes, the widget's size never does, as with
+gputop's line widgets; ``Static.update`` asks for one by default, and a floor measured with
+it counted a layout pass per tick that gputop does not make; ``--layout`` measures that),
+run in a detached tmux session (120x40) and measured as bench/tui_cpu.py measures gputop:
+utime+stime of its process over the window, % of one core, after a warm-up. The cases
+alternate over ``--rounds`` rounds. The difference between the cases is the cost of a changed
 widget per tick; the idle case is the floor of an app that wakes once a second.
 """
 
@@ -29,7 +33,7 @@ from bench.tui_cpu import Tmux, status_kib, tree_ticks, uptime  # noqa: E402
 READY = "floor-ready"
 
 
-def child(n_widgets: int, interval_s: float, driver: str) -> None:
+def child(n_widgets: int, interval_s: float, driver: str, layout: bool) -> None:
     """The measured app (inside tmux): N Statics updated once per interval."""
     from textual.app import App, ComposeResult
     from textual.widgets import Static
@@ -49,7 +53,8 @@ def child(n_widgets: int, interval_s: float, driver: str) -> None:
         def update_lines(self) -> None:
             self.tick += 1
             for i in range(n_widgets):
-                self.query_one(f"#w{i}", Static).update(f"line {i}: tick {self.tick}")
+                static = self.query_one(f"#w{i}", Static)
+                static.update(f"line {i}: tick {self.tick}", layout=layout)
 
     app = Floor(driver_class=QuietLinuxDriver if driver == "gputop" else None)
     app.run()
@@ -67,6 +72,7 @@ def measure(n_widgets: int, args: argparse.Namespace) -> tuple[float, float]:
             str(args.interval),
             "--driver",
             args.driver,
+            *(["--layout"] if args.layout else []),
         )
     )
     session = f"textual-floor-{os.getpid()}-{n_widgets}"
@@ -94,10 +100,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--driver", choices=("gputop", "textual"), default="gputop")
+    ap.add_argument("--layout", action="store_true", help="a layout pass with every update")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
-        child(args.child, args.interval, args.driver)
+        child(args.child, args.interval, args.driver, args.layout)
         return 0
     results: dict[int, list[float]] = {n: [] for n in args.widgets}
     for r in range(args.rounds):
@@ -105,7 +112,8 @@ def main() -> int:
             cpu, rss = measure(n, args)
             results[n].append(cpu)
             print(f"round {r + 1}: {n} widgets: {cpu:.2f} % CPU, RSS {rss:.1f} MiB ({uptime()})")
-    print(f"driver {args.driver}, interval {args.interval:g} s, {args.duration:g} s windows")
+    how = "with a layout pass" if args.layout else "no layout pass"
+    print(f"driver {args.driver}, {how}, interval {args.interval:g} s, {args.duration:g} s windows")
     for n, cpus in results.items():
         spread = f" ({min(cpus):.2f}-{max(cpus):.2f})" if len(cpus) > 1 else ""
         print(f"  {n:>3} changed widgets per tick: {sum(cpus) / len(cpus):.2f} %{spread}")

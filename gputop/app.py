@@ -343,7 +343,7 @@ class GputopApp(App[int]):
         for frame in self.timeline[
             max(0, self.cursor + 1 - self.history.capacity) : self.cursor + 1
         ]:
-            # The timeline keeps every frame: the history references them, no encoding.
+            # The timeline keeps every frame: the history references them, no packing.
             self.history.add(frame, held=True)
         self.render_frame()
 

@@ -96,7 +96,7 @@ class _Series:
 class History:
     """The last ``window_s`` of frames (default 10 minutes) and their series, bounded.
 
-    - ``store``: every frame of the window, encoded once when added (snapshot bundles).
+    - ``store``: every frame of the window, packed once when added (snapshot bundles).
     - ``ticks``: each frame's time, interval and verdict states (the verdict strip, chart axes).
     - ``last``: the newest frame as objects, threads included.
     - series per GPU and per process, from the first frame that held it; a process

@@ -5,7 +5,7 @@ Every main-screen panel builds its lines as runs ``(text, style name)`` and draw
 through a ``LineCache``: the header, the verdict panel, the GPU panels and list, the
 trainers' time bars, the process table's rows and header, and the status line. Like the
 strip caches of Textual's ``Log`` and ``DataTable``, the cache is keyed by what changes a
-line's output (its runs, the width, what a click reads back from it), so a line that
+line's output (its runs, the width, its line style), so a line that
 shows the same thing again is never drawn twice, and a tick repaints only the lines
 whose runs changed. The styles the runs name are resolved once per CSS change
 (``StyleMemo``): Textual recomputes a widget's base style by walking all its ancestors,
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -82,7 +81,7 @@ class StyleMemo:
 
 
 class LineCache:
-    """Drawn lines (Strips) keyed by what they show: runs, width, line style and meta.
+    """Drawn lines (Strips) keyed by what they show: runs, width and line style.
 
     ``renders`` counts the lines actually drawn (tests read it). Bounded: the least
     recently used lines go first.
@@ -104,23 +103,16 @@ class LineCache:
         runs: Sequence[Run],
         width: int,
         line_style: str = "",
-        meta: dict[str, Any] | None = None,
         row: int | None = None,
     ) -> Strip:
         """The line drawn ``width`` cells wide over the widget's style (plus ``line_style``),
-        cut at ``width``, with ``meta`` on every cell (what a click reads back).
+        cut at ``width``.
 
         ``row``: the line's row in a widget whose text can be selected with the mouse; its
         cells then carry their offsets (where a selection starts), as on Textual's own
         text path. Neighbouring runs in the base style are drawn as one, as that path does.
         """
-        key = (
-            tuple(runs),
-            width,
-            line_style,
-            None if meta is None else tuple(meta.items()),
-            row,
-        )
+        key = (tuple(runs), width, line_style, row)
         strip = self._strips.get(key)
         if strip is not None:
             self._strips.move_to_end(key)
@@ -150,8 +142,6 @@ class LineCache:
             # Textual's text path fills the rest of the line with the background alone.
             fill = Style(bgcolor=base.bgcolor)
         strip = strip.extend_cell_length(width, fill)
-        if meta is not None:
-            strip = strip.apply_meta(meta)
         self._strips[key] = strip
         if len(self._strips) > self._size:
             self._strips.popitem(last=False)
@@ -214,10 +204,14 @@ class LineWidget(Widget):
             return
         top = self.styles.padding.top
         old = self._lines
+        changed = []
         for y, line in enumerate(lines):
             if line != old[y]:
                 old[y] = line
-                self.refresh(Region(0, y + top, self.size.width, 1))
+                changed.append(y + top)
+        if changed:
+            # One refresh for them all: each call clears the widget's caches and prompts it.
+            self.refresh(*line_regions(changed, self.size.width))
 
     def on_resize(self) -> None:
         self.rebuild(force=True)
@@ -251,6 +245,19 @@ class LineWidget(Widget):
         if not self.SELECTABLE:
             return None
         return selection.extract("\n".join(self.lines)), "\n"
+
+
+def line_regions(ys: Sequence[int], width: int) -> list[Region]:
+    """One region per run of consecutive lines among ``ys`` (ascending), ``width`` wide."""
+    regions: list[Region] = []
+    start = prev = ys[0]
+    for y in ys[1:]:
+        if y != prev + 1:
+            regions.append(Region(0, start, width, prev - start + 1))
+            start = y
+        prev = y
+    regions.append(Region(0, start, width, prev - start + 1))
+    return regions
 
 
 def first_line(runs: Sequence[Run], width: int) -> Sequence[Run]:

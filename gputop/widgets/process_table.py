@@ -20,7 +20,7 @@ from textual.strip import Strip
 from gputop.messages import ProcessOpened, TableView, ViewChanged
 from gputop.model.frame import ProcessSample
 from gputop.model.view import ScreenView
-from gputop.widgets.lines import LineCache, Run
+from gputop.widgets.lines import LineCache, Run, line_regions
 from gputop.widgets.table_layout import (
     COLUMNS,
     GUTTER,
@@ -271,11 +271,16 @@ class ProcessTable(ScrollView, can_focus=True):
         changed = set(dirty)
         # The cursor's lines only when it moved (its row's own change is in ``changed``).
         cursor = {old_cursor, self.cursor_row} if old_cursor != self.cursor_row else set()
+        lines = []
         for index in range(top, top + max(0, self.size.height - 1)):
             was = old_order[index] if index < len(old_order) else None
             now = new_keys[index] if index < len(new_keys) else None
             if was != now or now in changed or (index in cursor and now is not None):
-                self.refresh_lines(index + 1, 1)
+                lines.append(index + 1 - top)
+        if lines:
+            # One refresh for them all: each call clears the widget's caches and prompts it.
+            width = max(self.virtual_size.width, self.size.width)
+            self.refresh(*line_regions(lines, width))
 
     # ---- cells --------------------------------------------------------------
 
@@ -324,14 +329,13 @@ class ProcessTable(ScrollView, can_focus=True):
         widths = self._column_widths(width)
         self._widths = widths
         if y == 0:
-            runs = self._header_runs(widths)
-            return self.cache.strip(runs, width, "process-table--header", {"header": True})
+            return self.cache.strip(self._header_runs(widths), width, "process-table--header")
         index = self.scroll_offset.y + y - 1
         if not 0 <= index < len(self._order):
             return Strip.blank(width, self.cache.memo.base)
-        key = self._order[index]
-        # The row's key rides on every cell drawn: a click reads it back (``on_click``).
-        strip = self.cache.strip(self._row_runs(self._cells[key], widths), width, "", {"row": key})
+        # No metadata on the cells (a Style per segment, every time a row is drawn): a click
+        # finds its row from where it landed (``on_click``).
+        strip = self.cache.strip(self._row_runs(self._cells[self._order[index]], widths), width)
         if index == self.cursor_row:
             return strip.apply_style(self.cache.memo.style("process-table--cursor"))
         return strip
@@ -431,14 +435,13 @@ class ProcessTable(ScrollView, can_focus=True):
             self.post_message(ProcessOpened(p))
 
     def on_click(self, event: events.Click) -> None:
-        # Resolved from what was drawn under the pointer (as Textual's DataTable does): a row
-        # carries its row key; the header says it is the header, and where each of its
-        # cells was drawn is kept with it (one style for the whole header line, as before).
-        meta = event.style.meta
-        if meta.get("header"):
-            offset = event.get_content_offset(self)
-            x = -1 if offset is None else offset.x
-            column_key = next((k for a, b, k in self._header_spans if a <= x < b), None)
+        # Resolved from where the pointer landed: line 0 is the header, where each of its
+        # cells was drawn is kept with it; below it, the row drawn on that line.
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:
+            column_key = next((k for a, b, k in self._header_spans if a <= offset.x < b), None)
             if column_key is None:
                 return
             # A click on the sorted column's header inverts it, as in htop.
@@ -447,8 +450,9 @@ class ProcessTable(ScrollView, can_focus=True):
             else:
                 self.sort_by(column_key)
             return
-        key = meta.get("row")
-        if key is None or not self.select_key(key):
+        index = self.scroll_offset.y + offset.y - 1
+        if not 0 <= index < len(self._order):
             return
+        self._move_to(index)
         if event.chain >= 2:
             self.action_open()

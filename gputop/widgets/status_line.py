@@ -9,6 +9,8 @@ from gputop.widgets.lines import Line, LineWidget
 from gputop.widgets.table_layout import sort_label
 
 SCHED_NOTE = "sched: "
+# How long the own-CPU figure shown is held while live (seconds of frame time).
+OWN_CPU_HOLD_S = 5.0
 
 
 def _short(text: str) -> str:
@@ -55,6 +57,8 @@ class StatusLine(LineWidget):
         self.sources: Sources | None = None
         # Rounded to what is shown, so a change in the second decimal redraws nothing.
         self.own_cpu_pct: float | None = None
+        # The frame time the shown own CPU is from (it is held for OWN_CPU_HOLD_S when live).
+        self._own_t = 0.0
         self.interval_s = interval_s
         self.paused = False
         self.replay = ""
@@ -72,15 +76,32 @@ class StatusLine(LineWidget):
         self.rebuild()
 
     def show(self, view: ScreenView) -> None:
-        """Take what this line shows from the view: the newest frame's sources, pause, replay."""
+        """Take what this line shows from the view: the newest frame's sources, pause, replay.
+
+        Live, gputop's own CPU changes in its first decimal almost every tick: the figure
+        shown is held for ``OWN_CPU_HOLD_S`` of frame time (it and the line are redrawn
+        then, or when anything else on the line changes), so the line is not repainted
+        every tick. A replay shows each frame's own.
+        """
+        frame = view.frame
+        sources, own = self.sources, self.own_cpu_pct
+        if frame is not None:
+            sources = frame.sources
+            new = None if frame.sampler_cpu_pct is None else round(frame.sampler_cpu_pct, 1)
+            held = abs(frame.t - self._own_t) < OWN_CPU_HOLD_S and not view.replay
+            if new != own and not (held and own is not None and new is not None):
+                own, self._own_t = new, frame.t
+        if (view.paused, view.replay, sources, own) == (
+            self.paused,
+            self.replay,
+            self.sources,
+            self.own_cpu_pct,
+        ):
+            return
         self.paused = view.paused
         self.set_class(view.paused, "-paused")
         self.replay = view.replay
-        frame = view.frame
-        if frame is not None:
-            self.sources = frame.sources
-            own = frame.sampler_cpu_pct
-            self.own_cpu_pct = None if own is None else round(own, 1)
+        self.sources, self.own_cpu_pct = sources, own
         self.rebuild()
 
     def on_mount(self) -> None:

@@ -19,7 +19,6 @@ from typing import ClassVar
 from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -29,7 +28,7 @@ from gputop.model.frame import Cause, Verdict, VerdictState
 # SEVERITY: the ranks the view orders the verdicts by (every state has one and a title).
 from gputop.model.view import SEVERITY as SEVERITY
 from gputop.model.view import GpuLoss, ScreenView, gpu_label, group_verdicts
-from gputop.widgets.lines import LineCache, printable
+from gputop.widgets.lines import LineCache, line_regions, printable
 
 TITLES: dict[VerdictState, str] = {
     "busy_but_starving": "BUSY BUT STARVING",
@@ -438,10 +437,11 @@ class VerdictPanel(Widget, can_focus=True):
             return
         # Most ticks change only the title (the strip, "for 12s"): repaint the lines that changed.
         top = self.styles.padding.top
-        for y, (old, new) in enumerate(zip(self._shown, shown, strict=True)):
-            if old != new:
-                self.refresh(Region(0, y + top, self.size.width, 1))
+        pairs = enumerate(zip(self._shown, shown, strict=True))
+        changed = [y + top for y, (was, now) in pairs if was != now]
         self._shown = shown
+        if changed:
+            self.refresh(*line_regions(changed, self.size.width))
 
     def _scrolled(self, room: int) -> list[PanelLine]:
         """Expanded: every line where they fit, else the title, a window of the rest at

@@ -169,6 +169,8 @@ class TrainerWaitBars(LineWidget):
         if frame is None:
             return
         rows = list(view.trainer_waits)
+        if not rows and not self._rows:
+            return  # hidden, and stays so
         self._rows = rows
         self.display = bool(rows)
         # Only a new number of lines changes the widget's size (a layout pass); new
