@@ -6,7 +6,8 @@ against its other threads (the sampler above all), in the same tmux as bench/tui
     python bench/tui_threads.py --record         # gputop record alone, for comparison
 
 Each round starts the program in a detached tmux session (120x40) against the C fake NVML,
-waits for its first frame and a warm-up, then reads utime+stime of every thread of the
+waits for its first frame, as root until the eBPF probe serves the frames (``sched:bpf``:
+the first ones are /proc's alone), and a warm-up, then reads utime+stime of every thread of the
 process (``/proc/PID/task/TID/stat``; a thread's own line, never the process's) over the
 window. CPU % is of one core. The main thread is the UI (Textual's event loop); the
 busiest other thread is the sampler (procfs, NVML, the probe's maps, the diagnosis).
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.tui_cpu import Tmux, command, fake_nvml_env, uptime  # noqa: E402
+
+LIVE_TIMEOUT_S = 180.0
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
@@ -54,6 +57,14 @@ def one_round(subject: str, interval_s: float, env: str, warmup_s: float, window
             output = out if subject == "gputop-record" else None
             if t.wait_for(mark, started, 60, output) is None:
                 raise SystemExit(f"{subject}: no first frame within 60 s:\n{t.screen()}")
+            # The first frames are /proc's alone: the window starts once the probe serves them.
+            live = "-"
+            if os.geteuid() == 0:
+                bpf = '"sched":"bpf"' if output is not None else "sched:bpf"
+                live_s = t.wait_for(bpf, started, LIVE_TIMEOUT_S, output)
+                if live_s is None:
+                    raise SystemExit(f"{subject}: the eBPF probe did not go live:\n{t.screen()}")
+                live = f"{live_s:.1f} s"
             time.sleep(warmup_s)
             before = thread_ticks(t.pid)
             t0 = time.monotonic()
@@ -74,7 +85,7 @@ def one_round(subject: str, interval_s: float, env: str, warmup_s: float, window
     return (
         f"{subject:14s} main thread {pct(main):5.2f} %  busiest other thread {pct(busiest):5.2f} %"
         f"  all other threads {pct(sum(others)):5.2f} %  total {pct(main + sum(others)):5.2f} %"
-        f"  [{uptime()}]"
+        f"  probe live {live}  [{uptime()}]"
     )
 
 

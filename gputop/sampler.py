@@ -82,7 +82,8 @@ class HostPass:
         else:
             scan = self.procs.scan(now, probe.active, probe.execd)
         choice = self.join.choose(scan, now, {*gpu_pids, *gpu_of}, self.procs.cmdline)
-        details = self.procs.details(choice.detail, scan, choice.peers)
+        idle = probe.idle_tids if probe is not None else frozenset()
+        details = self.procs.details(choice.detail, scan, choice.peers, idle)
         joined = self.join.join(scan, choice, details, gpu_of, probe)
         others = self.join.others(scan, choice, self.procs.identity) if self.list_all else ()
         return replace(joined, from_probe=probe is not None, others=others)

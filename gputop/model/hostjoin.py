@@ -28,9 +28,9 @@ classifies that worker itself.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from gputop.model.frame import CpuLimitSample, Preemptor, ProcessSample, Role, ThreadSample
 from gputop.model.readings import (
@@ -45,13 +45,7 @@ from gputop.model.readings import (
     RankEnv,
     TaskSched,
 )
-from gputop.model.roles import (
-    assign_roles,
-    collective_thread,
-    is_launcher,
-    process_role_from_comm,
-    thread_role_from_comm,
-)
+from gputop.model.roles import RoleKeeper, collective_thread, is_launcher, thread_role_from_comm
 from gputop.model.workers import with_workers_time
 
 # How long a trainer keeps its role with no DataLoader workers (see _keep_trainers).
@@ -59,7 +53,6 @@ TRAINER_GRACE_S = 10.0
 MAX_PREEMPTORS = 5
 # A job process that waited on the network this much of an interval has its peers read.
 NET_PEERS_PCT = 1.0
-V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +113,7 @@ class HostJoin:
         self._trainers: dict[tuple[int, int], float] = {}
         self._thread_trainers: set[tuple[int, int]] = set()
         self._moved_to_input_ns: dict[tuple[int, int], int] = {}
-        self._workers: set[int] = set()
+        self._roles = RoleKeeper()
         # Job processes whose last row waited on the network (their peers are read next).
         self._net_waiters: set[int] = set()
         # The last row made for each process outside the chosen rows (``others``).
@@ -138,13 +131,11 @@ class HostJoin:
         """Roles of every process and the rows worth showing (with their detail to read)."""
         stats = scan.procs
         gpu_set = {p for p in gpu_pids if p in stats}
-        self._index_workers(scan)
-        roles = assign_roles(
-            _Field(stats, lambda s: s.ppid),
-            _Field(stats, lambda s: s.comm),
+        roles = self._roles.roles(
+            stats,
+            scan.read,
             gpu_set,
             lambda p: cmdline_of(p, stats[p].start) if p in stats else "",
-            workers=self._workers,
         )
         self._keep_trainers(roles, stats, now)
         chosen = set(roles) | gpu_set
@@ -176,19 +167,6 @@ class HostJoin:
             launchers=launchers,
             peers=frozenset(p for p in self._net_waiters if p in job and p in chosen),
         )
-
-    def _index_workers(self, scan: ProcScan) -> None:
-        """Keep the set of processes named as DataLoader workers, from what was read."""
-        stats = scan.procs
-        if scan.read is None:
-            self._workers = {p for p, s in stats.items() if process_role_from_comm(s.comm)}
-            return
-        for pid in scan.read:
-            st = stats.get(pid)
-            if st is not None and process_role_from_comm(st.comm):
-                self._workers.add(pid)
-            else:
-                self._workers.discard(pid)
 
     def _keep_trainers(
         self, roles: dict[int, tuple[Role, int | None]], stats: Mapping[int, ProcStat], now: float
@@ -375,28 +353,6 @@ class HostJoin:
                 offcpu_hist=g.hist,
             )
         return replace(proc, **changes) if changes else proc  # type: ignore[arg-type]
-
-
-class _Field(Mapping[int, V]):
-    """One field of every process's stat line, as a mapping, without copying it out."""
-
-    __slots__ = ("_get", "_stats")
-
-    def __init__(self, stats: Mapping[int, ProcStat], get: Callable[[ProcStat], V]) -> None:
-        self._stats = stats
-        self._get = get
-
-    def __getitem__(self, pid: int) -> V:
-        return self._get(self._stats[pid])
-
-    def __contains__(self, pid: object) -> bool:
-        return pid in self._stats
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._stats)
-
-    def __len__(self) -> int:
-        return len(self._stats)
 
 
 def _r2(v: float | None) -> float | None:

@@ -139,6 +139,9 @@ class ProbeReading:
     execd: frozenset[int] = frozenset()
     # The probe told throttled run-queue time apart (TaskSched.throttled_ns is measured).
     throttle_measured: bool = False
+    # Threads of per_tid that neither ran nor waited for a CPU in the interval: their
+    # /proc counters cannot have moved, so /proc need not read them again.
+    idle_tids: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -274,6 +274,12 @@ def _woke_totals(
     return out
 
 
+def _idle(t: TaskSched) -> bool:
+    """Whether a thread neither ran nor waited for a CPU in the interval (a switch it made
+    that the probe missed counts as running)."""
+    return not (t.oncpu_ns or t.runq_ns or t.nvcsw or t.nivcsw or t.missed_switches)
+
+
 class SchedIntervals:
     """Running totals per task as last credited; each ``update`` returns the interval's deltas."""
 
@@ -308,6 +314,7 @@ class SchedIntervals:
             active=rows.active,
             execd=rows.execd,
             throttle_measured=rows.throttle_measured,
+            idle_tids=frozenset(tid for tid, t in per_tid.items() if _idle(t)),
         )
 
     def _woke_deltas(self, tid: int, totals: dict[int, int]) -> tuple[tuple[int, int], ...]:

@@ -133,9 +133,13 @@ class ContainerTagger(ProcSource):
         self._ids: dict[tuple[int, int], ContainerIdentity | None] = {}
 
     def details(
-        self, wanted: Mapping[int, bool], scan: ProcScan, peers: Collection[int] = ()
+        self,
+        wanted: Mapping[int, bool],
+        scan: ProcScan,
+        peers: Collection[int] = (),
+        idle: Collection[int] = (),
     ) -> dict[int, ProcDetail]:
-        out = super().details(wanted, scan, peers)
+        out = super().details(wanted, scan, peers, idle)
         ids: dict[tuple[int, int], ContainerIdentity | None] = {}
         for pid, d in out.items():
             ident = self._identity(pid, scan.procs[pid].start, ids)

@@ -181,18 +181,25 @@ def parse_status_ctxt(raw: bytes | None) -> tuple[str, int, int] | None:
         return None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _ThreadPrev:
-    oncpu: int
-    run_delay: int
+    """A thread's last reading: its status and schedstat (``schedstat``: that was readable)."""
+
+    comm: str
     vol: int
     invol: int
+    oncpu: int
+    run_delay: int
+    schedstat: bool
 
 
 @dataclass(slots=True)
 class _ProcPrev:
     ticks: int
     threads: dict[int, _ThreadPrev] = field(default_factory=dict)
+    # The details pass that last read (or kept) its threads: they are a baseline for the
+    # next one only, the interval the probe's idle threads are known for.
+    threads_pass: int = -1
     preempt_total: int = 0
     vcsw_total: int = 0
     detailed: bool = False
@@ -220,6 +227,7 @@ class ProcSource:
         self._storage = StorageReader(self.root)
         self._sockets = SocketReader(self.root)
         self._last_t: float | None = None
+        self._pass = 0
         self._has_schedstat = os.path.exists(self.root + "/self/schedstat") or os.path.exists(
             self.root + "/1/schedstat"
         )
@@ -440,14 +448,23 @@ class ProcSource:
             self._cmdlines.pop((pid, st.start), None)
 
     def details(
-        self, wanted: Mapping[int, bool], scan: ProcScan, peers: Collection[int] = ()
+        self,
+        wanted: Mapping[int, bool],
+        scan: ProcScan,
+        peers: Collection[int] = (),
+        idle: Collection[int] = (),
     ) -> dict[int, ProcDetail]:
         """The second pass, for the chosen processes: their threads, switch totals and owner.
 
         ``wanted``: pid -> also read where the process may run (its CPU affinity
         and cgroup quota: read for training jobs, whose fixes need them). ``peers``: whose
         TCP peers to read (job processes that waited on the network last tick).
+        ``idle``: threads the eBPF probe saw neither run nor wait for a CPU over the
+        interval. Their counters cannot have moved, so, as the scan does for processes,
+        they keep their last reading and cost no read; every thread of a process the
+        scan knows did not run (not in ``scan.read``) is kept likewise.
         """
+        self._pass += 1
         out: dict[int, ProcDetail] = {}
         self._limits.begin()
         self._sockets.begin()
@@ -459,20 +476,30 @@ class ProcSource:
             prev = self._prev.get(key)
             if prev is None:
                 prev = self._prev[key] = _ProcPrev(0)
-            out[pid] = self._detail(st, prev, scan.dt, limits)
+            ran = scan.read is None or pid in scan.read
+            out[pid] = self._detail(st, prev, scan.dt, limits, idle, ran)
             if pid in peers:
                 out[pid] = replace(out[pid], peers=self._sockets.read(pid))
         return out
 
-    def _detail(self, st: ProcStat, prev: _ProcPrev, dt: float | None, limits: bool) -> ProcDetail:
+    def _detail(
+        self,
+        st: ProcStat,
+        prev: _ProcPrev,
+        dt: float | None,
+        limits: bool,
+        idle: Collection[int],
+        ran: bool,
+    ) -> ProcDetail:
         had_threads = prev.detailed
-        pass_ = self._read_threads(st.pid, prev, dt)
+        pass_ = self._read_threads(st.pid, prev, dt, idle, ran)
         if had_threads:
             prev.preempt_total += pass_.d_invol
             prev.vcsw_total += pass_.d_vol
         else:
             prev.preempt_total, prev.vcsw_total = pass_.tot_invol, pass_.tot_vol
         prev.threads = pass_.new_prev
+        prev.threads_pass = self._pass
         prev.detailed = True
         if prev.user is None:
             prev.user = self._user(st.pid)
@@ -498,25 +525,36 @@ class ProcSource:
             rank_env=prev.rank_env if limits else None,
         )
 
-    def _read_threads(self, pid: int, prev: _ProcPrev, dt: float | None) -> _ThreadPass:
-        """One pass over the process's threads: samples, switch counts, new baselines."""
+    def _read_threads(
+        self, pid: int, prev: _ProcPrev, dt: float | None, idle: Collection[int], ran: bool
+    ) -> _ThreadPass:
+        """One pass over the process's threads: samples, switch counts, new baselines.
+
+        Threads are kept (not read) only against a baseline from the previous pass:
+        a process shown again after a while may have run meanwhile.
+        """
         base = f"{self.root}/{pid}/task"
-        try:
-            tids = [int(t) for t in os.listdir(base)]
-        except OSError:
-            tids = []
+        recent = prev.detailed and prev.threads_pass == self._pass - 1
+        if ran or not recent:
+            try:
+                tids = [int(t) for t in os.listdir(base)]
+            except OSError:
+                tids = []
+        else:
+            tids = list(prev.threads)  # it did not run: no thread was born or exited
         out = _ThreadPass()
         for tid in tids:
-            ctx = parse_status_ctxt(_read(f"{base}/{tid}/status"))
-            if ctx is None:
+            tp = prev.threads.get(tid)
+            if tp is not None and recent and (not ran or tid in idle):
+                cur: _ThreadPrev | None = tp
+            else:
+                cur = _read_thread(base, tid)
+            if cur is None:
                 continue
-            tname, vol, invol = ctx
-            ss = parse_schedstat(_read(f"{base}/{tid}/schedstat"))
-            oncpu, delay = ss if ss is not None else (0, 0)
+            vol, invol = cur.vol, cur.invol
             out.tot_vol += vol
             out.tot_invol += invol
-            tp = prev.threads.get(tid)
-            out.new_prev[tid] = _ThreadPrev(oncpu, delay, vol, invol)
+            out.new_prev[tid] = cur
             t_cpu = t_off = t_runq = None
             t_pre = t_vcs = 0.0
             if tp is not None and dt is not None and invol >= tp.invol and vol >= tp.vol:
@@ -524,10 +562,10 @@ class ProcSource:
                 out.d_vol += dv
                 out.d_invol += di
                 t_pre, t_vcs = di / dt, dv / dt
-                if ss is not None and self._has_schedstat and oncpu >= tp.oncpu:
-                    t_cpu = min(100.0, 100.0 * (oncpu - tp.oncpu) / 1e9 / dt)
+                if cur.schedstat and self._has_schedstat and cur.oncpu >= tp.oncpu:
+                    t_cpu = min(100.0, 100.0 * (cur.oncpu - tp.oncpu) / 1e9 / dt)
                     t_off = max(0.0, 100.0 - t_cpu)
-                    t_runq = min(100.0, 100.0 * (delay - tp.run_delay) / 1e9 / dt)
+                    t_runq = min(100.0, 100.0 * (cur.run_delay - tp.run_delay) / 1e9 / dt)
             elif prev.detailed and dt is not None:
                 # Born during the interval: all its switches happened in it.
                 out.d_vol += vol
@@ -535,7 +573,7 @@ class ProcSource:
             out.threads.append(
                 ThreadSample(
                     tid=tid,
-                    comm=tname,
+                    comm=cur.comm,
                     cpu_pct=round(t_cpu or 0.0, 2),
                     offcpu_pct=_r2(t_off),
                     runq_pct=_r2(t_runq),
@@ -544,6 +582,16 @@ class ProcSource:
                 )
             )
         return out
+
+
+def _read_thread(base: str, tid: int) -> _ThreadPrev | None:
+    """A thread's status and schedstat now; None when it is gone."""
+    ctx = parse_status_ctxt(_read(f"{base}/{tid}/status"))
+    if ctx is None:
+        return None
+    ss = parse_schedstat(_read(f"{base}/{tid}/schedstat"))
+    oncpu, delay = ss if ss is not None else (0, 0)
+    return _ThreadPrev(ctx[0], ctx[1], ctx[2], oncpu, delay, ss is not None)
 
 
 @dataclass(slots=True)
