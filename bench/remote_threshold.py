@@ -15,9 +15,7 @@ Usage: python bench/remote_threshold.py [CASE ...]
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -26,13 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gputop.model.frame import Frame  # noqa: E402
+from bench.truthcases import avg, causes, judged, main, ticks, worker_clocks  # noqa: E402
 from gputop.model.workers import worker_parts  # noqa: E402
 from gputop.sources.sched_probe import BpfSchedProbe  # noqa: E402
-from tests.fakecuda import build_fake_cuda  # noqa: E402
-from tests.fakenvml import FakeGpu, FakeProc  # noqa: E402
 from tests.netutil import slow_server  # noqa: E402
-from tests.probeticks import sampled  # noqa: E402
 from tests.truthloop import running_loop  # noqa: E402
 
 # name: (CPU ms per sample, the server's answer in ms or None for no requests)
@@ -43,26 +38,6 @@ CASES: dict[str, tuple[float, float | None]] = {
     "mostly-net": (2.0, 8.0),  # round trips longer than the CPU work
     "slow-server": (0.5, 8.0),  # the input_remote case of tests/system/test_truth_causes.py
 }
-TICKS = 8
-SKIP = 2
-
-
-def _ticks(tmp: Path, pid: int, probe: BpfSchedProbe) -> list[Frame]:
-    gpu = FakeGpu(util=[30], sm_util=[10], processes=[FakeProc(pid=pid, sm_pct=10)])
-    return sampled(tmp, [gpu], probe, TICKS)
-
-
-def _clock(path: Path, start: float, end: float) -> float | None:
-    """% of [start, end] (wall time) the worker was blocked inside requests by its own clock."""
-    try:
-        log = [tuple(map(float, ln.split())) for ln in path.read_text().splitlines()[:-1]]
-    except OSError:
-        return None
-    if len(log) < 2:
-        return None
-    a = min(log, key=lambda e: abs(e[0] - start))
-    b = min(log, key=lambda e: abs(e[0] - end))
-    return 100.0 * (b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else None
 
 
 @contextlib.contextmanager
@@ -84,9 +59,8 @@ def run_case(name: str, probe: BpfSchedProbe, cuda: Path) -> None:
         if remote is not None:
             args += ["--remote", remote]
         with running_loop(tmp, args) as (pid, out):
-            frames = _ticks(tmp, pid, probe)
-        window = frames[SKIP:]
-        t0, t1 = window[0].t - window[0].interval, window[-1].t
+            frames = ticks(tmp, pid, probe)
+        window, t0, t1 = judged(frames)
         rows = [
             p
             for f in window
@@ -98,49 +72,15 @@ def run_case(name: str, probe: BpfSchedProbe, cuda: Path) -> None:
         busy = [100.0 - q["blocked"] - (q["io_wait"] or 0.0) - (q["net_wait"] or 0.0)
                 for p in rows if (q := worker_parts(p)) is not None]  # fmt: skip
         wait = [p.wait_input_pct for p in trainer if p.wait_input_pct is not None]
-        clocks = [
-            c
-            for w in sorted({p.pid for p in rows})
-            if (c := _clock(Path(f"{out}.reads.{w}"), t0, t1)) is not None
-        ]
-        causes = sorted({f"{v.state}/{v.cause}" for f in window for v in f.verdicts})
-
-        def avg(v: list[float]) -> str:
-            return f"{sum(v) / len(v):5.1f}" if v else "    -"
-
+        clocks = worker_clocks(out, (p.pid for p in rows), t0, t1)
         print(
             f"{name:11s} workers network wait {avg(net)} % (own clock {avg(clocks)} %),"
             f" on a CPU or waiting for one {avg(busy)} %; trainer waited for batches"
             f" {avg(wait)} %;",
-            ", ".join(causes),
+            causes(window),
             flush=True,
         )
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cases", nargs="*", metavar="CASE", help=f"of {', '.join(CASES)} (all)")
-    args = ap.parse_args()
-    unknown = [c for c in args.cases if c not in CASES]
-    if unknown:
-        print(f"remote_threshold: no case {unknown[0]!r} (cases: {', '.join(CASES)})")
-        return 2
-    if os.geteuid() != 0:
-        print("remote_threshold: needs root (the eBPF probe)", file=sys.stderr)
-        return 2
-    cuda = build_fake_cuda()
-    probe = BpfSchedProbe()
-    probe.open()
-    try:
-        if not probe.wait_attached(180):
-            print(f"remote_threshold: the probe did not attach: {probe.status}", file=sys.stderr)
-            return 2
-        for name in args.cases or list(CASES):
-            run_case(name, probe, cuda)
-    finally:
-        probe.close()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("remote_threshold", __doc__ or "", list(CASES), run_case))

@@ -14,8 +14,6 @@ Usage: python bench/transfer_threshold.py [CASE ...]
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import tempfile
 import time
@@ -24,10 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.truthcases import avg, causes, judged, main, ticks  # noqa: E402
 from gputop.sources.sched_probe import BpfSchedProbe  # noqa: E402
-from tests.fakecuda import build_fake_cuda  # noqa: E402
-from tests.fakenvml import FakeGpu, FakeProc  # noqa: E402
-from tests.probeticks import sampled  # noqa: E402
 from tests.truthloop import read_steps, running_loop, span_share  # noqa: E402
 
 # name: ms each batch's copy takes on a CPU (0.05: a pinned batch handed to the DMA engine)
@@ -39,8 +35,6 @@ CASES: dict[str, float] = {
     "half": 9.0,
     "most": 20.0,
 }
-TICKS = 8
-SKIP = 2
 
 
 def run_case(name: str, probe: BpfSchedProbe, cuda: Path) -> None:
@@ -50,11 +44,9 @@ def run_case(name: str, probe: BpfSchedProbe, cuda: Path) -> None:
         args += ["--workers", "2", "--sample-cpu-ms", "0.5", "--step-ms", "8"]
         args += ["--trainer-cpu-ms", "2", "--persistent"]
         with running_loop(tmp, args) as (pid, out):
-            gpu = FakeGpu(util=[30], sm_util=[10], processes=[FakeProc(pid=pid, sm_pct=10)])
-            frames = sampled(tmp, [gpu], probe, TICKS)
+            frames = ticks(tmp, pid, probe)
             steps = read_steps(out)
-        window = frames[SKIP:]
-        t0, t1 = window[0].t - window[0].interval, window[-1].t
+        window, t0, t1 = judged(frames)
         rows = [p for f in window for p in f.processes if p.pid == pid]
         copies = [p.h2d_copy_pct for p in rows if p.h2d_copy_pct is not None]
         work = [
@@ -71,43 +63,13 @@ def run_case(name: str, probe: BpfSchedProbe, cuda: Path) -> None:
             t0 + shift,
             t1 + shift,
         )
-        causes = sorted({f"{v.state}/{v.cause}" for f in window for v in f.verdicts})
-
-        def avg(v: list[float]) -> str:
-            return f"{sum(v) / len(v):5.1f}" if v else "    -"
-
         print(
             f"{name:8s} h2d_copy_pct {avg(copies)} % (own clock {clock:5.1f} %), own work"
             f" {avg(work)} %;",
-            ", ".join(causes),
+            causes(window),
             flush=True,
         )
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cases", nargs="*", metavar="CASE", help=f"of {', '.join(CASES)} (all)")
-    args = ap.parse_args()
-    unknown = [c for c in args.cases if c not in CASES]
-    if unknown:
-        print(f"transfer_threshold: no case {unknown[0]!r} (cases: {', '.join(CASES)})")
-        return 2
-    if os.geteuid() != 0:
-        print("transfer_threshold: needs root (the eBPF probe)", file=sys.stderr)
-        return 2
-    cuda = build_fake_cuda()
-    probe = BpfSchedProbe()
-    probe.open()
-    try:
-        if not probe.wait_attached(180):
-            print(f"transfer_threshold: the probe did not attach: {probe.status}", file=sys.stderr)
-            return 2
-        for name in args.cases or list(CASES):
-            run_case(name, probe, cuda)
-    finally:
-        probe.close()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("transfer_threshold", __doc__ or "", list(CASES), run_case))
