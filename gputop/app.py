@@ -34,6 +34,7 @@ from gputop.config import Config
 from gputop.driver import QuietLinuxDriver
 from gputop.errors import UsageError
 from gputop.feeds import Feed
+from gputop.heap import HeapSettler
 from gputop.messages import (
     FilterCancelled,
     FrameArrived,
@@ -179,8 +180,12 @@ class GputopApp(App[int]):
         stopper: LoopStopper | None = None,
         diagnosis_window_s: float = DEPARTED_KEEP_S,
         prices: GpuPrices | None = None,
+        settle_heap: bool = False,
     ) -> None:
         super().__init__()
+        # Start-up's objects frozen out of the collector once the first frames are drawn
+        # (the live TUI only: a test session's heap is not ours to freeze).
+        self.heap = HeapSettler(enabled=settle_heap)
         # What a GPU-hour costs, for the lost GPU-hours' money (none built in).
         self.prices = prices or GpuPrices()
         self.feed = feed
@@ -326,6 +331,7 @@ class GputopApp(App[int]):
             self._wake_pending = False
         for frame in frames:
             self.history.add(frame)
+            self.heap.frame_done()
         if frames and not self.paused:
             self.render_frame()
 
