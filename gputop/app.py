@@ -20,7 +20,8 @@ import signal
 import threading
 from collections import deque
 from dataclasses import replace
-from typing import Any, ClassVar
+from functools import cached_property
+from typing import Any, ClassVar, NamedTuple
 
 from textual import events, on, work
 from textual.app import App, ComposeResult
@@ -34,6 +35,7 @@ from gputop.config import Config
 from gputop.driver import QuietLinuxDriver
 from gputop.errors import UsageError
 from gputop.feeds import Feed
+from gputop.heap import HeapSettler
 from gputop.messages import (
     FilterCancelled,
     FrameArrived,
@@ -69,6 +71,19 @@ from gputop.widgets.verdict_panel import VerdictPanel
 from gputop.widgets.wait_bars import TrainerWaitBars
 
 HISTORY_WINDOW_S = 600.0
+
+
+class MainPanels(NamedTuple):
+    """The main screen's panels that show each tick's view, in the order they are handed it."""
+
+    header: HostHeader
+    verdict: VerdictPanel
+    gpus: GpuArea
+    waits: TrainerWaitBars
+    table: ProcessTable
+    status: StatusLine
+
+
 # What the help says of the drill-down's own keys (read from its BINDINGS).
 DRILL_DOWN_HELP = {
     "stack": "dump the Python stack again (py-spy dump)",
@@ -179,8 +194,12 @@ class GputopApp(App[int]):
         stopper: LoopStopper | None = None,
         diagnosis_window_s: float = DEPARTED_KEEP_S,
         prices: GpuPrices | None = None,
+        settle_heap: bool = False,
     ) -> None:
         super().__init__()
+        # Start-up's objects frozen out of the collector once the first frames are drawn
+        # (the live TUI only: a test session's heap is not ours to freeze).
+        self.heap = HeapSettler(enabled=settle_heap)
         # What a GPU-hour costs, for the lost GPU-hours' money (none built in).
         self.prices = prices or GpuPrices()
         self.feed = feed
@@ -294,14 +313,27 @@ class GputopApp(App[int]):
         but the table's header expanded. The filter and search bars are not counted: while
         one is open the table gives up a row, and the verdict does not move.
         """
-        header = max(1, len(self.query_one(HostHeader).lines))
-        waits = self.query_one(TrainerWaitBars)
+        panels = self._panels
+        header = max(1, len(panels.header.lines))
+        waits = panels.waits
         bars = len(waits.lines) if waits.display else 0
         # The header, the GPUs, the time bars, the status line and the footer.
-        others = header + self.query_one(GpuArea).rows + bars + 2
+        others = header + panels.gpus.rows + bars + 2
         shared = max(2, (height or self.size.height) - others)
         folded = max(1, shared - max(TABLE_MIN_ROWS, round(shared * TABLE_SHARE)))
-        self.query_one(VerdictPanel).fit(folded, max(folded, shared - 1))
+        panels.verdict.fit(folded, max(folded, shared - 1))
+
+    @cached_property
+    def _panels(self) -> MainPanels:
+        # Looked up once: each tick hands every panel the view (a query walks the screen).
+        return MainPanels(
+            self.query_one(HostHeader),
+            self.query_one(VerdictPanel),
+            self.query_one(GpuArea),
+            self.query_one(TrainerWaitBars),
+            self.query_one(ProcessTable),
+            self.query_one(StatusLine),
+        )
 
     @property
     def table(self) -> ProcessTable:
@@ -326,6 +358,7 @@ class GputopApp(App[int]):
             self._wake_pending = False
         for frame in frames:
             self.history.add(frame)
+            self.heap.frame_done()
         if frames and not self.paused:
             self.render_frame()
 
@@ -356,14 +389,7 @@ class GputopApp(App[int]):
 
     def _show(self, view: ScreenView) -> None:
         self.view = view
-        for widget in (
-            self.query_one(HostHeader),
-            self.query_one(VerdictPanel),
-            self.query_one(GpuArea),
-            self.query_one(TrainerWaitBars),
-            self.table,
-            self.query_one(StatusLine),
-        ):
+        for widget in self._panels:
             widget.show(view)
         # A new GPU or trainer changes the rows the verdict and the table share.
         self._fit_verdict()

@@ -50,6 +50,7 @@ def run_app(args: argparse.Namespace, opts: Options, config: Config) -> int:
             stopper=stopper,
             diagnosis_window_s=opts.thresholds.window_s,
             prices=opts.gpu_prices,
+            settle_heap=True,
         )
         try:
             result = app.run()

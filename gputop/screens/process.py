@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import islice
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -13,7 +13,6 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
-from textual_plotext import PlotextPlot
 
 from gputop.messages import KillRequested, ProcessClosed, StackDumped
 from gputop.model.frame import ProcessSample
@@ -22,11 +21,20 @@ from gputop.procctl import pyspy_dump
 from gputop.screens.waterfall import waterfall
 from gputop.widgets.lines import printable
 
+if TYPE_CHECKING:
+    from textual_plotext import PlotextPlot
+
 CHARTS = (
     ("split", "where the time goes %"),
     ("runq_pct", "run-queue %"),
     ("preempt_per_s", "preempt/s"),
 )
+
+
+def _plot_class() -> type[PlotextPlot]:
+    from textual_plotext import PlotextPlot
+
+    return PlotextPlot
 
 
 def _dur(ns: float) -> str:
@@ -257,6 +265,9 @@ class ProcessScreen(Screen[None]):
         self._thread_keys: dict[int, tuple[object, ...]] = {}
 
     def compose(self) -> ComposeResult:
+        # Imported with the first drill-down, not with the app: plotext holds ~1.2 MiB.
+        from textual_plotext import PlotextPlot
+
         yield Static(id="head")
         with Horizontal(id="charts"):
             for metric, _title in CHARTS:
@@ -358,7 +369,7 @@ class ProcessScreen(Screen[None]):
             ys = self.history.proc_series(self.key, metric)
             ts = [tk.t - now for tk in islice(ticks, len(ticks) - len(ys), None)] if ys else []
             pts = [(x, y) for x, y in zip(ts, ys, strict=True) if y is not None]
-            plot = self.query_one(f"#plot-{metric}", PlotextPlot)
+            plot = self.query_one(f"#plot-{metric}", _plot_class())
             plt = plot.plt
             plt.clear_data()
             plt.clear_figure()
@@ -379,7 +390,7 @@ class ProcessScreen(Screen[None]):
         series = self.view.split_series(self.key)
         xs = [t - now for t, _ in series]
         splits = [split for _, split in series]
-        plot = self.query_one("#plot-split", PlotextPlot)
+        plot = self.query_one("#plot-split", _plot_class())
         plt = plot.plt
         plt.clear_data()
         plt.clear_figure()

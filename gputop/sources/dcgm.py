@@ -27,8 +27,6 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gputop.model.frame import GpuReading, GpuSample, SourceStatus
 from gputop.sources.base import GpuSource
 
@@ -51,6 +49,10 @@ def parse_metrics(text: str) -> dict[str, dict[str, float | None]]:
     from the page is absent from its dict, a blank or out-of-range one is None.
     Raises ValueError when the page is not Prometheus text.
     """
+    # Here, not at the top: prometheus_client's package brings its HTTP server and
+    # exposition (~1 MiB), which the TUI needs only once an exporter answered.
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, dict[str, float | None]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
