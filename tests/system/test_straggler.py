@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ import pytest
 from gputop.model.frame import Frame, ProcessSample
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.fakenvml import FakeGpu, FakeProc
-from tests.probeticks import attached_probe, needs_probe, sampled
+from tests.probeticks import needs_probe, sampled
 from tests.rankloop import rank_job, read_spans, share
 
 pytestmark = needs_probe(
@@ -37,11 +36,6 @@ TICK_S = 1.0
 TICKS = 6
 POINTS = 5.0
 FIRST = 2  # the third tick
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
 
 
 def _hogs(cpu: int, n: int) -> list[subprocess.Popen[bytes]]:
