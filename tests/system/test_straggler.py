@@ -1,7 +1,8 @@
 """A distributed job's straggler against ranks that time themselves, with the real probe (root).
 
-torchrun starts 2 gloo ranks (tests/rankloop.py), each pinned to its own CPU with its 2
-real DataLoader workers, each holding a fake GPU (tests/fakenvml: busy, few SMs active).
+2 gloo ranks, started as torchrun starts them (tests/rankloop.py), each pinned to its own
+CPU with its 2 real DataLoader workers, each holding a fake GPU (tests/fakenvml: busy, few
+SMs active).
 Each rank logs its own ``next()`` and its collective (``all_reduce``, or a
 ``DistributedDataParallel`` backward with the all-reduce inside it). With CPU hogs on
 rank 0's CPU, rank 1 waits for it in every collective: rank 1's verdict must name rank 0
@@ -75,7 +76,7 @@ def _printed(frames: list[Frame]) -> list[Frame]:
 def allreduce(probe: BpfSchedProbe, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """One all-reduce job's ticks: "balanced", then "starved" (hogs on rank 0's CPU)."""
     tmp = tmp_path_factory.mktemp("allreduce")
-    with rank_job(tmp, 2, ["--mode", "allreduce"]) as (_, pids, out):
+    with rank_job(tmp, 2, ["--mode", "allreduce"]) as (pids, out):
         time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm
         (tmp / "balanced").mkdir()
         balanced = _ticks(tmp / "balanced", pids, probe)
@@ -156,7 +157,7 @@ def test_a_rank_starved_by_hogs_is_named_by_the_rank_that_waits_for_it(
 def test_ddp_ranks_waiting_inside_backward_name_the_straggler(
     probe: BpfSchedProbe, tmp_path: Path
 ) -> None:
-    with rank_job(tmp_path, 2, ["--mode", "ddp"]) as (_, pids, out):
+    with rank_job(tmp_path, 2, ["--mode", "ddp"]) as (pids, out):
         frames = _printed(_starved_ticks(tmp_path, pids, probe))
     _assert_named(frames, pids)
     t0, t1 = _window(frames)
