@@ -22,6 +22,9 @@ from tests.exportutil import exporting
 from tests.harness import PY, ROOT, run_gputop
 from tests.pilotutil import Posted
 
+# The eBPF probe's fixtures (``probe``, ``cuda_lib``) for the system tests that measure with it.
+pytest_plugins = ["tests.probeticks"]
+
 # System-test modules that assert nothing about time or CPU shares (what they check holds on
 # a busy machine too: fds, programs, files, exit statuses, replays), so they may run beside
 # other tests. Every other system test is marked ``serial``: it measures against its own

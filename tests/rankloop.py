@@ -1,9 +1,9 @@
-"""Ground truth for collective waits: a gloo job under torchrun whose ranks time themselves.
+"""Ground truth for collective waits: a gloo job whose ranks time themselves.
 
-Run by torchrun (``rank_job()`` launches it), each rank pins itself (and so its gloo
-threads and DataLoader workers, started after) to one CPU, trains with 2 real DataLoader
-workers whose samples cost ``--sample-cpu-ms`` of CPU, sleeps ``--step-ms`` as its GPU
-step, then meets the other ranks: an explicit ``all_reduce`` (``--mode allreduce``) or a
+Started as torchrun starts its ranks (``rank_job()`` launches it), each rank pins itself
+(and so its gloo threads and DataLoader workers, started after) to one CPU, trains with 2
+real DataLoader workers whose samples cost ``--sample-cpu-ms`` of CPU, sleeps ``--step-ms``
+as its GPU step, then meets the other ranks: an explicit ``all_reduce`` (``--mode allreduce``) or a
 ``DistributedDataParallel`` backward whose all-reduce runs inside it (``--mode ddp``).
 Each rank appends one line per step to ``OUT.RANK``:
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -105,43 +106,61 @@ def share(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
 @contextmanager
 def rank_job(
     directory: Path, nproc: int, args: Sequence[str] = (), timeout_s: float = 180.0
-) -> Iterator[tuple[int, list[int], Path]]:
-    """A torchrun job of ``nproc`` gloo ranks, running; yields (torchrun's pid, each rank's
-    pid by rank, the log prefix). Everything it started is killed afterwards."""
+) -> Iterator[tuple[list[int], Path]]:
+    """A gloo job of ``nproc`` ranks, running; yields (each rank's pid by rank, the log
+    prefix). Everything it started is killed afterwards.
+
+    Each rank is started as torchrun starts it: exec'd with the environment torchrun gives
+    a rank (RANK, WORLD_SIZE, MASTER_ADDR:MASTER_PORT, TORCHELASTIC_RUN_ID..., which gputop
+    reads from /proc/PID/environ), in a session of its own. Not through torchrun itself,
+    which imports torch before starting them (3.5 s of a CPU here): nothing here is about
+    the launcher. Not forked from tests/preloaded.py's zygote either: a fork's
+    /proc/PID/environ is its parent's, whatever it sets.
+    """
     out = directory / "ranks"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc_per_node={nproc}", os.path.abspath(__file__), "--out", str(out), *args]
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": "0",
+        "TORCHELASTIC_RUN_ID": f"rankloop-{os.getpid()}-{port}",
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [sys.executable, os.path.abspath(__file__), "--out", str(out), *args]
+    ranks: list[subprocess.Popen[bytes]] = []
     try:
+        for r in range(nproc):
+            env = {**job, "RANK": str(r), "LOCAL_RANK": str(r), "ROLE_RANK": str(r)}
+            with open(f"{out}.{r}.err", "wb") as err:
+                ranks.append(
+                    subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        start_new_session=True,
+                    )
+                )
         pid_files = [Path(f"{out}.{r}.pid") for r in range(nproc)]
         deadline = time.monotonic() + timeout_s
         while not all(f.exists() and f.read_text() for f in pid_files):
-            assert p.poll() is None, p.stderr.read() if p.stderr else "torchrun exited"
+            for r, p in enumerate(ranks):
+                assert p.poll() is None, Path(f"{out}.{r}.err").read_text()
             assert time.monotonic() < deadline, "the ranks did not start"
             time.sleep(0.2)
-        yield p.pid, [int(f.read_text()) for f in pid_files], out
+        yield [p.pid for p in ranks], out
     finally:
-        # torchrun starts each rank in a session of its own: its group is not torchrun's.
-        ranks = _children(p.pid)
-        os.killpg(p.pid, signal.SIGKILL)
-        for pid in ranks:
+        # Each rank leads a session (and so a process group) with its DataLoader workers.
+        for p in ranks:
             with suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-        p.wait()
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid``."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with suppress(OSError):
-                stat = Path(f"/proc/{name}/stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(name))
-    return out
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in ranks:
+            p.wait()
 
 
 if __name__ == "__main__":

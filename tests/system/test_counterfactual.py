@@ -43,7 +43,7 @@ from tests.cgrouputil import (
 )
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeProc
-from tests.probeticks import attached_probe, needs_probe, sampled
+from tests.probeticks import needs_probe, sampled
 from tests.torchjob import descendants
 from tests.truthloop import read_steps, running_loop
 
@@ -79,11 +79,6 @@ class Outcome:
             f" {self.after:.1f} without: {self.real:.2f}x real"
             f" (ratio {(v.speedup_max or 0.0) / self.real:.2f})"
         )
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
 
 
 def _rate(out: Path, start: float, end: float) -> float:

@@ -13,12 +13,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gputop.model.frame import Frame, ProcessSample
+from gputop.model.frame import Frame
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.cuda_probe import PROBED_FUNCTIONS, PROBES, function_offsets
 from gputop.sources.sched_probe import BpfSchedProbe
@@ -29,28 +28,13 @@ from tests.bpfutil import (
     loaded_prog_ids,
     wait_gone,
 )
-from tests.fakecuda import build_fake_cuda
-from tests.probeticks import attached_probe, needs_probe
+from tests.probeticks import needs_probe, row_of, tick_until
 from tests.procutil import kill_all, spawn_python
 from tests.truthloop import running_loop
 
 pytestmark = needs_probe(pytest.mark.torch)
 
 TICK_S = 1.0
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
-
-
-@pytest.fixture(scope="module")
-def cuda_lib() -> Path:
-    return build_fake_cuda()
-
-
-def _row(frame: Frame, pid: int) -> ProcessSample | None:
-    return next((p for p in frame.processes if p.pid == pid), None)
 
 
 def _ticks(sampler: Sampler, n: int) -> list[Frame]:
@@ -62,14 +46,6 @@ def _ticks(sampler: Sampler, n: int) -> list[Frame]:
     return frames
 
 
-def _tick_until(sampler: Sampler, done: object, limit: int = 20) -> None:
-    for _ in range(limit):
-        time.sleep(TICK_S)
-        if callable(done) and done(sampler.tick()):
-            return
-    raise AssertionError(f"not reached within {limit} ticks")
-
-
 def test_a_library_mapped_after_gputop_started_is_found_and_probed(
     probe: BpfSchedProbe, cuda_lib: Path, tmp_path: Path
 ) -> None:
@@ -79,8 +55,8 @@ def test_a_library_mapped_after_gputop_started_is_found_and_probed(
         sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
         sampler.tick()
         before = _ticks(sampler, 2)
-        assert all((r := _row(f, pid)) is not None and r.gpu_sync_pct is None for f in before)
-        _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+        assert all((r := row_of(f, pid)) is not None and r.gpu_sync_pct is None for f in before)
+        tick_until(sampler, lambda f: (r := row_of(f, pid)) is not None and r.gpu_sync_pct)
 
 
 def test_a_trainer_that_never_maps_the_library_gets_null_not_zero(
@@ -91,7 +67,7 @@ def test_a_trainer_that_never_maps_the_library_gets_null_not_zero(
         sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
         sampler.tick()
         frames = _ticks(sampler, 4)
-    rows = [_row(f, pid) for f in frames[1:]]
+    rows = [row_of(f, pid) for f in frames[1:]]
     assert all(r is not None and r.sched_source == "bpf" for r in rows), rows
     assert all(r.gpu_sync_pct is None and r.gpu_sync_spin_pct is None for r in rows if r)
     assert all(r.runq_after_input_pct is not None for r in rows if r), "measured, even if 0"
@@ -107,9 +83,9 @@ def test_two_trainers_mapping_one_library_share_one_attachment(
     with running_loop(tmp_path / "a", args) as (a, _), running_loop(tmp_path / "b", args) as (b, _):
         sampler = Sampler(procs=HostPass(top_n=100_000), probe=probe, interval_s=TICK_S)
         sampler.tick()
-        _tick_until(
+        tick_until(
             sampler,
-            lambda f: all((r := _row(f, p)) is not None and r.gpu_sync_pct for p in (a, b)),
+            lambda f: all((r := row_of(f, p)) is not None and r.gpu_sync_pct for p in (a, b)),
         )
     assert probe.cuda is not None
     files = probe.cuda.functions()

@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,8 +33,8 @@ from gputop.sources.cuda_probe import (
 )
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import Intervals
-from tests.fakecuda import HERE, build_fake_cuda
-from tests.probeticks import attached_probe, needs_probe
+from tests.fakecuda import HERE
+from tests.probeticks import needs_probe
 from tests.procutil import HOG, kill_all, spawn_python
 from tests.truthloop import read_steps, running_loop
 from tests.truthwindow import ReadClock, Window
@@ -48,16 +47,6 @@ GAP_MS = 20.0
 PER_THREAD = 2  # CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 LEGACY_STREAM = 1  # CU_GET_PROC_ADDRESS_LEGACY_STREAM
 RUNTIME_VERSION = 13000  # what a CUDA 13 runtime asks cuGetProcAddress for
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
-
-
-@pytest.fixture(scope="module")
-def cuda_lib() -> Path:
-    return build_fake_cuda()
 
 
 class Caller:

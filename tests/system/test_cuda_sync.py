@@ -14,22 +14,20 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gputop.model.diagnosis import Diagnoser
-from gputop.model.frame import Frame, ProcessSample
+from gputop.model.frame import Frame
 from gputop.sampler import HostPass, Sampler
 from gputop.sources.nvml import NvmlSource
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.bpfutil import (
     Intervals,
 )
-from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeNvml, FakeProc
-from tests.probeticks import attached_probe, needs_probe
+from tests.probeticks import needs_probe, row_of, tick_until
 from tests.procutil import HOG, kill_all, spawn_python
 from tests.truthloop import Step, blocked_share, read_steps, running_loop, span_share
 from tests.truthwindow import ReadClock, Window, steal_s
@@ -39,28 +37,6 @@ pytestmark = needs_probe(pytest.mark.torch)
 TICK_S = 1.0
 WINDOW_TICKS = 5
 SYNC_POINTS = 3.0
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
-
-
-@pytest.fixture(scope="module")
-def cuda_lib() -> Path:
-    return build_fake_cuda()
-
-
-def _row(frame: Frame, pid: int) -> ProcessSample | None:
-    return next((p for p in frame.processes if p.pid == pid), None)
-
-
-def _tick_until(sampler: Sampler, done: object, limit: int = 20) -> None:
-    for _ in range(limit):
-        time.sleep(TICK_S)
-        if callable(done) and done(sampler.tick()):
-            return
-    raise AssertionError(f"not reached within {limit} ticks")
 
 
 def _window(sampler: Sampler, n: int) -> tuple[list[float], list[Frame]]:
@@ -122,7 +98,7 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
             sampler = Sampler(procs=HostPass(top_n=100_000), probe=clock, interval_s=TICK_S)
             sampler.tick()
             # The library is probed from the interval after the one it was found in.
-            _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+            tick_until(sampler, lambda f: (r := row_of(f, pid)) is not None and r.gpu_sync_pct)
             steal0 = steal_s()
             times, frames = _window(sampler, WINDOW_TICKS + 1)
             steal = steal_s() - steal0
@@ -130,7 +106,7 @@ def test_gpu_sync_and_data_wait_match_the_loops_own_clock(
     finally:
         kill_all(hog_procs)
     t0, t1 = times[0], times[-1]
-    rows = [_row(f, pid) for f in frames]
+    rows = [row_of(f, pid) for f in frames]
     assert all(r is not None and r.sched_source == "bpf" for r in rows[1:]), rows
     # Each frame against the loop's own clock over exactly its probe interval; an interval
     # where the machine stalled (a late tick, a loop that made no progress) is left out and
@@ -227,7 +203,7 @@ def _judged_frames(
     try:
         sampler.gpu.open()
         sampler.tick()
-        _tick_until(sampler, lambda f: (r := _row(f, pid)) is not None and r.gpu_sync_pct)
+        tick_until(sampler, lambda f: (r := row_of(f, pid)) is not None and r.gpu_sync_pct)
         return _window(sampler, n)[1]
     finally:
         sampler.gpu.close()
@@ -245,7 +221,7 @@ def test_a_spinning_trainer_under_hogs_waits_for_the_gpu_not_its_host(
             frames = _judged_frames(probe, tmp_path, pid, sm_pct=15, util=97)
     finally:
         kill_all(hog_procs)
-    row = _row(frames[-1], pid)
+    row = row_of(frames[-1], pid)
     assert row is not None and row.gpu_sync_spin_pct is not None
     # On a CPU, but spinning for the GPU: its own work is a small part of its time.
     assert row.gpu_sync_spin_pct > 15.0, row

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -60,10 +61,10 @@ def test_a_process_waking_after_a_long_idle_stretch_shows_its_true_cpu_at_once(
     sampler: Sampler,
 ) -> None:
     p = subprocess.Popen(
-        [sys.executable, "-c", "import time\ntime.sleep(8)\nwhile True: pass"],
+        [sys.executable, "-c", "import time\ntime.sleep(5.5)\nwhile True: pass"],
     )
     try:
-        # Idle for 8 s (16 ticks): not read at all meanwhile, not shown.
+        # Idle for 5.5 s (11 ticks): not read at all meanwhile, not shown.
         for _ in range(6):
             assert _row(_tick(sampler), p.pid) is None
         prev_t, prev_ticks = time.monotonic(), _ticks_of(p.pid)
@@ -91,7 +92,7 @@ def test_a_process_waking_after_a_long_idle_stretch_shows_its_true_cpu_at_once(
 
 
 def test_a_process_that_execs_gets_its_new_name_command_line_and_role(
-    sampler: Sampler,
+    sampler: Sampler, tmp_path: Path
 ) -> None:
     worker = (
         "import time\n"
@@ -101,8 +102,10 @@ def test_a_process_that_execs_gets_its_new_name_command_line_and_role(
         "    while time.time() - t < 0.05: pass\n"
         "    time.sleep(0.05)\n"
     )
-    # Busy in the shell first (so it is shown and its command line read), then exec.
-    spin = "i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done"
+    # Busy in the shell first (so it is shown and its command line read), until the test
+    # has seen it so, then exec.
+    go = tmp_path / "go"
+    spin = f"while [ ! -e {go} ]; do :; done"
     p = subprocess.Popen(["sh", "-c", f'{spin}; exec {sys.executable} -c "$0"', worker])
     try:
         deadline = time.monotonic() + 30
@@ -112,12 +115,13 @@ def test_a_process_that_execs_gets_its_new_name_command_line_and_role(
             row = _row(_tick(sampler), p.pid)
             if row is not None and row.comm == "sh":
                 before = row
+                go.touch()
             if row is not None and row.comm == "pt_data_worker":
                 break
-        assert before is not None and "i=$((i+1))" in before.cmdline, "shown before its exec"
+        assert before is not None and spin in before.cmdline, "shown before its exec"
         assert row is not None and row.comm == "pt_data_worker", row
         assert row.role == "dataloader" and row.trainer_pid == os.getpid(), row
-        assert sys.executable in row.cmdline and "i=$((i+1))" not in row.cmdline, row.cmdline
+        assert sys.executable in row.cmdline and spin not in row.cmdline, row.cmdline
     finally:
         kill_all([p])  # type: ignore[list-item]
 

@@ -1,7 +1,8 @@
 """A distributed job's straggler against ranks that time themselves, with the real probe (root).
 
-torchrun starts 2 gloo ranks (tests/rankloop.py), each pinned to its own CPU with its 2
-real DataLoader workers, each holding a fake GPU (tests/fakenvml: busy, few SMs active).
+2 gloo ranks, started as torchrun starts them (tests/rankloop.py), each pinned to its own
+CPU with its 2 real DataLoader workers, each holding a fake GPU (tests/fakenvml: busy, few
+SMs active).
 Each rank logs its own ``next()`` and its collective (``all_reduce``, or a
 ``DistributedDataParallel`` backward with the all-reduce inside it). With CPU hogs on
 rank 0's CPU, rank 1 waits for it in every collective: rank 1's verdict must name rank 0
@@ -17,7 +18,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ import pytest
 from gputop.model.frame import Frame, ProcessSample
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.fakenvml import FakeGpu, FakeProc
-from tests.probeticks import attached_probe, needs_probe, sampled
+from tests.probeticks import needs_probe, sampled
 from tests.rankloop import rank_job, read_spans, share
 
 pytestmark = needs_probe(
@@ -37,11 +37,6 @@ TICK_S = 1.0
 TICKS = 6
 POINTS = 5.0
 FIRST = 2  # the third tick
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
 
 
 def _hogs(cpu: int, n: int) -> list[subprocess.Popen[bytes]]:
@@ -81,7 +76,7 @@ def _printed(frames: list[Frame]) -> list[Frame]:
 def allreduce(probe: BpfSchedProbe, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """One all-reduce job's ticks: "balanced", then "starved" (hogs on rank 0's CPU)."""
     tmp = tmp_path_factory.mktemp("allreduce")
-    with rank_job(tmp, 2, ["--mode", "allreduce"]) as (_, pids, out):
+    with rank_job(tmp, 2, ["--mode", "allreduce"]) as (pids, out):
         time.sleep(1.0)  # a few steps in: gloo's threads named, workers warm
         (tmp / "balanced").mkdir()
         balanced = _ticks(tmp / "balanced", pids, probe)
@@ -162,7 +157,7 @@ def test_a_rank_starved_by_hogs_is_named_by_the_rank_that_waits_for_it(
 def test_ddp_ranks_waiting_inside_backward_name_the_straggler(
     probe: BpfSchedProbe, tmp_path: Path
 ) -> None:
-    with rank_job(tmp_path, 2, ["--mode", "ddp"]) as (_, pids, out):
+    with rank_job(tmp_path, 2, ["--mode", "ddp"]) as (pids, out):
         frames = _printed(_starved_ticks(tmp_path, pids, probe))
     _assert_named(frames, pids)
     t0, t1 = _window(frames)

@@ -9,7 +9,6 @@ loop's own clock per probe interval, pinned memory first, the degraded link name
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeProc
-from tests.probeticks import attached_probe, needs_probe, sampled
+from tests.probeticks import needs_probe, sampled
 from tests.truthloop import read_steps, running_loop, span_share
 from tests.truthwindow import ReadClock, Window
 
@@ -27,11 +26,6 @@ TICK_S = 1.0
 TICKS = 8
 POINTS = 3.0
 FIRST = 2  # the third tick: the first with the probe's numbers for the trainer
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
 
 
 def test_a_trainer_copying_each_batch_from_pageable_memory_holds_its_gpu_back(

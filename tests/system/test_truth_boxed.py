@@ -9,24 +9,18 @@ idle CPU, and the first fix widens the set; no fix says to run fewer workers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gputop.sources.sched_probe import BpfSchedProbe
 from tests.fakenvml import FakeGpu, FakeProc
-from tests.probeticks import attached_probe, needs_probe, sampled
+from tests.probeticks import needs_probe, sampled
 from tests.truthloop import running_loop
 
 pytestmark = needs_probe(pytest.mark.torch)
 
 TICKS = 8
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")

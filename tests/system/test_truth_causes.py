@@ -25,7 +25,6 @@ tick after it is shown), the third's the probe's; the processes' window restarts
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,7 @@ from tests.cgrouputil import blkio_hierarchy, read_throttled_loop_device
 from tests.fakecuda import build_fake_cuda
 from tests.fakenvml import FakeGpu, FakeProc
 from tests.netutil import slow_server
-from tests.probeticks import attached_probe, needs_probe, sampled
+from tests.probeticks import needs_probe, sampled
 from tests.truthloop import read_steps, running_loop, span_share
 from tests.truthwindow import ReadClock, Window, steal_s
 
@@ -46,11 +45,6 @@ TICK_S = 1.0
 TICKS = 8
 POINTS = 5.0
 FIRST = 2  # the third tick: see the module docstring
-
-
-@pytest.fixture(scope="module")
-def probe() -> Iterator[BpfSchedProbe]:
-    yield from attached_probe()
 
 
 def _ticks(
