@@ -1,8 +1,8 @@
 """The garbage collector set for a monitor that runs for hours: start-up's objects frozen out.
 
 A collection of the oldest generation walks every object the collector tracks: in the TUI
-~80,000 once it is up (modules, classes, functions, Textual's widgets and styles), which
-never become garbage, for a gen2 collection every ~20 s that cost the UI thread 1.1-1.4 ms
+~70,000 once it is up (modules, classes, functions, Textual's widgets and styles), which
+never become garbage, for a gen2 collection every 20-50 s that cost the UI thread 1.0-1.4 ms
 per tick, averaged (docs/tui.md). ``gc.freeze()`` moves them to a generation no collection
 walks; everything allocated afterwards is collected as before. A freeze would keep whatever
 garbage the heap holds at that moment, so a full collection comes first.

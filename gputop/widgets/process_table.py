@@ -103,7 +103,11 @@ class ProcessTable(ScrollView, can_focus=True):
         # The newest frame's rows and its other processes (``Frame.others``).
         self._frame_rows: tuple[tuple[ProcessSample, ...], tuple[ProcessSample, ...]] = ((), ())
         self._by_key: dict[str, ProcessSample] = {}
-        self._cells: dict[str, Row] = {}
+        self._prefixes: dict[str, str] = {}
+        # Cells of the rows drawn since the last frame, built when first drawn: (process,
+        # tree prefix, frame number, cells). A thousand rows off screen cost no cells.
+        self._cells: dict[str, tuple[ProcessSample, str, int, Row]] = {}
+        self._frame_no = 0
         self._order: list[str] = []
         # Rows and the header drawn once per thing they show (cells, width, row key).
         self.cache = LineCache(self)
@@ -128,7 +132,7 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def cells(self, key: str) -> dict[str, str]:
         """The texts of one row by column key (TREE: its tree prefix); tests read them."""
-        return {column: text for column, (text, _) in self._cells[key].items()}
+        return {column: text for column, (text, _) in self._row(key).items()}
 
     @property
     def selected(self) -> ProcessSample | None:
@@ -237,26 +241,13 @@ class ProcessTable(ScrollView, can_focus=True):
         )
         selected = self._order[self.cursor_row] if self.selected is not None else None
         new_keys = [row_key(p) for p, _ in rows]
-        by_key: dict[str, ProcessSample] = {}
-        cells: dict[str, Row] = {}
-        dirty: list[str] = []
-        prev_cells, prev_rows = self._cells, self._by_key
-        for (p, prefix), key in zip(rows, new_keys, strict=True):
-            by_key[key] = p
-            old = prev_cells.get(key)
-            if (
-                old is not None
-                and prev_rows.get(key) is p
-                and p.sched_source == STAT_ONLY
-                and old[TREE][0] == prefix
-            ):
-                # The same row object as last tick (an idle process): the same cells.
-                cells[key] = old
-                continue
-            row = cells[key] = self._cells_for(p, prefix)
-            if old != row:
-                dirty.append(key)
-        self._by_key, self._cells = by_key, cells
+        by_key = dict(zip(new_keys, (p for p, _ in rows), strict=True))
+        self._prefixes = dict(zip(new_keys, (prefix for _, prefix in rows), strict=True))
+        self._by_key = by_key
+        self._frame_no += 1
+        # Only the rows on screen are compared with what they showed (their cells kept from
+        # when they were drawn); the others get cells when they come into view.
+        prev_cells, self._cells = self._cells, {}
         old_order, old_cursor, old_top = self._order, self.cursor_row, self.scroll_offset.y
         if new_keys != old_order:
             self._order = new_keys
@@ -268,19 +259,41 @@ class ProcessTable(ScrollView, can_focus=True):
             self.refresh()
             return
         # Repaint the lines whose row changed: another process, new cells, the cursor.
-        changed = set(dirty)
-        # The cursor's lines only when it moved (its row's own change is in ``changed``).
+        # The cursor's lines only when it moved (its row's own change is in the cells).
         cursor = {old_cursor, self.cursor_row} if old_cursor != self.cursor_row else set()
         lines = []
         for index in range(top, top + max(0, self.size.height - 1)):
             was = old_order[index] if index < len(old_order) else None
             now = new_keys[index] if index < len(new_keys) else None
-            if was != now or now in changed or (index in cursor and now is not None):
+            changed = False
+            if now is not None:
+                old = prev_cells.get(now)
+                if old is not None:
+                    self._cells[now] = old
+                changed = old is None or self._row(now) != old[3]
+            if was != now or changed or (index in cursor and now is not None):
                 lines.append(index + 1 - top)
         if lines:
             # One refresh for them all: each call clears the widget's caches and prompts it.
             width = max(self.virtual_size.width, self.size.width)
             self.refresh(*line_regions(lines, width))
+
+    def _row(self, key: str) -> Row:
+        """A row's cells: kept while it shows the same idle process (the same row object
+        as when they were built, /proc's stat line alone), built anew each frame otherwise
+        (preemptions since watching change the PRE column)."""
+        p, prefix = self._by_key[key], self._prefixes[key]
+        kept = self._cells.get(key)
+        if (
+            kept is not None
+            and kept[0] is p
+            and kept[1] == prefix
+            and (kept[2] == self._frame_no or p.sched_source == STAT_ONLY)
+        ):
+            return kept[3]
+        row = row_cells(p, prefix, self._columns, self.since)
+        self._cells[key] = (p, prefix, self._frame_no, row)
+        return row
 
     # ---- cells --------------------------------------------------------------
 
@@ -301,9 +314,6 @@ class ProcessTable(ScrollView, can_focus=True):
             self.vertical_scrollbar.window_virtual_size = height
         if self.scroll_offset.y > self.max_scroll_y:
             self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
-
-    def _cells_for(self, p: ProcessSample, prefix: str) -> Row:
-        return row_cells(p, prefix, self._columns, self.since)
 
     # ---- rendering ----------------------------------------------------------
 
@@ -335,7 +345,7 @@ class ProcessTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.cache.memo.base)
         # No metadata on the cells (a Style per segment, every time a row is drawn): a click
         # finds its row from where it landed (``on_click``).
-        strip = self.cache.strip(self._row_runs(self._cells[self._order[index]], widths), width)
+        strip = self.cache.strip(self._row_runs(self._row(self._order[index]), widths), width)
         if index == self.cursor_row:
             return strip.apply_style(self.cache.memo.style("process-table--cursor"))
         return strip
@@ -416,7 +426,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def action_hscroll(self, step: int) -> None:
         """Scroll the COMMAND column sideways to read long command lines."""
         longest = max(
-            (len(row["command"][0]) + len(row[TREE][0]) for row in self._cells.values()),
+            (len(row["command"][0]) + len(row[TREE][0]) for row in map(self._row, self._order)),
             default=0,
         )
         room = self._widths[-1] if self._widths else 0
