@@ -266,12 +266,11 @@ class ProcessScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         # Imported with the first drill-down, not with the app: plotext holds ~1.2 MiB.
-        from textual_plotext import PlotextPlot
-
+        plot_class = _plot_class()
         yield Static(id="head")
         with Horizontal(id="charts"):
             for metric, _title in CHARTS:
-                yield PlotextPlot(id=f"plot-{metric}")
+                yield plot_class(id=f"plot-{metric}")
         with Horizontal(id="lower"):
             table: DataTable[object] = DataTable(id="threads", cursor_type="row")
             yield table
